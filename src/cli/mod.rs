@@ -1,0 +1,43 @@
+//! The command line: `serve`, `validate` and `check`. Each subcommand lives in its own
+//! file and returns a process exit code; `main.rs` only parses and dispatches.
+
+pub mod check;
+pub mod serve;
+pub mod validate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tollgate",
+    version,
+    about = "Global rate-limit service for Envoy (RateLimitService v3)"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve ShouldRateLimit over gRPC, plus /healthcheck and /json over HTTP.
+    Serve(serve::ServeArgs),
+    /// Validate a config file or directory; exit non-zero listing every error.
+    Validate {
+        /// A YAML file or a directory of them.
+        path: PathBuf,
+    },
+    /// Ask a running server for a decision and print it as a table.
+    Check(check::CheckArgs),
+}
+
+pub async fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Validate { path } => validate::run(&path),
+        Command::Check(args) => check::run(args).await,
+    }
+}

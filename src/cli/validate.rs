@@ -1,0 +1,47 @@
+//! `tollgate validate PATH`: the config loader alone. Exit 0 with a summary of the
+//! domains and rules, or 1 with every error (file:line: message), one per line.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::config::{self, RuleKind};
+
+pub fn run(path: &Path) -> ExitCode {
+    match config::load_path(path) {
+        Ok(config) => {
+            let domains = config.domains();
+            let rules: usize = domains.iter().map(|d| d.rules.len()).sum();
+            println!(
+                "{}: OK, {} domain(s), {rules} rule(s)",
+                path.display(),
+                domains.len()
+            );
+            for domain in domains {
+                println!("  domain '{}': {} rule(s)", domain.name, domain.rules.len());
+                for rule in &domain.rules {
+                    let limit = match &rule.kind {
+                        RuleKind::Unlimited => "unlimited".to_owned(),
+                        RuleKind::Limited(l) => {
+                            format!("{}/{}", l.requests_per_unit, l.unit.name())
+                        }
+                    };
+                    let name = rule
+                        .name
+                        .as_deref()
+                        .map(|n| format!(" name={n}"))
+                        .unwrap_or_default();
+                    let shadow = if rule.shadow_mode { " shadow_mode" } else { "" };
+                    println!("    {}: {limit}{name}{shadow}", rule.path);
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for error in &errors.0 {
+                eprintln!("{error}");
+            }
+            eprintln!("{}: {} error(s)", path.display(), errors.0.len());
+            ExitCode::FAILURE
+        }
+    }
+}

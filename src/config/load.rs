@@ -1,0 +1,162 @@
+//! Reading a config set from disk: one file, or every `.yaml`/`.yml` file under a
+//! directory (recursively, in name order), one domain per file.
+//!
+//! Names starting with `.` are skipped: Kubernetes mounts a ConfigMap as `..data` and
+//! timestamped `..2024_…` directories beside symlinks to the files, and reading those
+//! too would load every domain three times.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::compile::compile_domain;
+use super::error::{ConfigError, ConfigErrors};
+use super::schema::DomainYaml;
+use super::{Config, Domain};
+
+/// Loads and validates the whole set at `path`; every error found is returned.
+pub fn load_path(path: &Path) -> Result<Config, ConfigErrors> {
+    let mut errors = Vec::new();
+    let files = match list_files(path) {
+        Ok(files) => files,
+        Err(e) => return Err(ConfigErrors(vec![ConfigError::new(path, None, e)])),
+    };
+    if files.is_empty() {
+        return Err(ConfigErrors(vec![ConfigError::new(
+            path,
+            None,
+            "no .yaml or .yml config files found",
+        )]));
+    }
+    let mut sources = Vec::with_capacity(files.len());
+    for file in files {
+        match std::fs::read_to_string(&file) {
+            Ok(text) => sources.push((file, text)),
+            Err(e) => errors.push(ConfigError::new(&file, None, format!("cannot read: {e}"))),
+        }
+    }
+    let refs: Vec<(&Path, &str)> = sources
+        .iter()
+        .map(|(f, t)| (f.as_path(), t.as_str()))
+        .collect();
+    match load_sources(&refs) {
+        Ok(config) if errors.is_empty() => Ok(config),
+        Ok(_) => Err(ConfigErrors(errors)),
+        Err(ConfigErrors(more)) => {
+            errors.extend(more);
+            Err(ConfigErrors(errors))
+        }
+    }
+}
+
+/// Validates a set of (file name, contents) pairs as one config.
+pub fn load_sources(sources: &[(&Path, &str)]) -> Result<Config, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut domains: HashMap<std::sync::Arc<str>, (Domain, PathBuf, u64)> = HashMap::new();
+    for (file, text) in sources {
+        let Some(yaml) = parse(file, text, &mut errors) else {
+            continue;
+        };
+        let line = yaml.domain.as_ref().map_or(1, |d| d.referenced.line());
+        let Some(domain) = compile_domain(file, yaml, &mut errors) else {
+            continue;
+        };
+        if let Some((_, first, first_line)) = domains.get(&domain.name) {
+            errors.push(ConfigError::new(
+                file,
+                Some(line),
+                format!(
+                    "domain: duplicate domain '{}' (first defined at {}:{first_line})",
+                    domain.name,
+                    first.display()
+                ),
+            ));
+            continue;
+        }
+        domains.insert(domain.name.clone(), (domain, file.to_path_buf(), line));
+    }
+    if errors.is_empty() {
+        Ok(Config::new(
+            domains.into_values().map(|(d, _, _)| d).collect(),
+        ))
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+fn parse(file: &Path, text: &str, errors: &mut Vec<ConfigError>) -> Option<DomainYaml> {
+    // An empty file (or only comments) is an empty mapping, so it fails as a missing
+    // domain, as it does in envoyproxy/ratelimit, instead of as a parser error.
+    if text
+        .lines()
+        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+    {
+        return Some(DomainYaml::default());
+    }
+    match serde_saphyr::from_str::<DomainYaml>(text) {
+        Ok(yaml) => Some(yaml),
+        Err(e) => {
+            let line = e.location().map(|l| l.line()).filter(|l| *l > 0);
+            errors.push(ConfigError::new(file, line, describe_parse_error(&e)));
+            None
+        }
+    }
+}
+
+/// The parser's message without its source snippet or trailing position (we print the
+/// position ourselves, in `file:line:` form), with serde's wording for unknown keys
+/// turned into envoyproxy/ratelimit's.
+fn describe_parse_error(e: &serde_saphyr::Error) -> String {
+    let text = e.without_snippet().to_string();
+    let first = text.lines().next().unwrap_or("invalid YAML").trim();
+    let first = strip_position(first);
+    match first.strip_prefix("unknown field `") {
+        Some(rest) => {
+            let (field, expected) = rest.split_once('`').unwrap_or((rest, ""));
+            format!("unknown key '{field}'{}", expected.replace('`', "'"))
+        }
+        None => first.to_owned(),
+    }
+}
+
+fn strip_position(message: &str) -> &str {
+    match message.rfind(" at line ") {
+        Some(at) => &message[..at],
+        None => message,
+    }
+}
+
+fn list_files(path: &Path) -> Result<Vec<PathBuf>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read config path: {e}"))?;
+    if meta.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    walk(path, &mut files)?;
+    files.sort();
+    Ok(files)
+}
+
+fn walk(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        let path = entry.path();
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        // Follow symlinks: ConfigMap files are links into `..data`.
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            walk(&path, files)?;
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        ) {
+            files.push(path);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! Configuration: the YAML schema ([`schema`]), validation into an immutable compiled
+//! form ([`compile`], [`tree`], [`rule`]), and loading a file or directory ([`load`]).
+//! The server holds a [`Config`] behind an atomic pointer and swaps whole sets.
+
+pub mod compile;
+pub mod error;
+pub mod glob;
+pub mod load;
+pub mod rule;
+pub mod schema;
+pub mod tree;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub use error::{ConfigError, ConfigErrors};
+pub use load::{load_path, load_sources};
+pub use rule::{Limit, Rule, RuleKind, Unit};
+pub use tree::Domain;
+
+/// A validated config set: every domain by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    domains: HashMap<Arc<str>, Domain>,
+}
+
+impl Config {
+    pub fn new(domains: Vec<Domain>) -> Self {
+        Self {
+            domains: domains.into_iter().map(|d| (d.name.clone(), d)).collect(),
+        }
+    }
+
+    pub fn domain(&self, name: &str) -> Option<&Domain> {
+        self.domains.get(name)
+    }
+
+    /// Domains in name order.
+    pub fn domains(&self) -> Vec<&Domain> {
+        let mut all: Vec<&Domain> = self.domains.values().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+}

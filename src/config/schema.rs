@@ -1,0 +1,49 @@
+//! The YAML schema of one config file, exactly as envoyproxy/ratelimit reads it.
+//!
+//! These types only mirror the file: every field a user may write, wrapped in
+//! [`Spanned`] where a later validation error must point at its line. Unknown keys are
+//! rejected here by serde (`deny_unknown_fields`), as envoyproxy/ratelimit rejects them.
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+/// One file: one domain and its descriptor tree.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainYaml {
+    pub domain: Option<Spanned<String>>,
+    #[serde(default)]
+    pub descriptors: Option<Vec<Spanned<DescriptorYaml>>>,
+}
+
+/// One node of the descriptor tree.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DescriptorYaml {
+    pub key: Option<Spanned<String>>,
+    pub value: Option<Spanned<String>>,
+    pub rate_limit: Option<Spanned<RateLimitYaml>>,
+    pub descriptors: Option<Vec<Spanned<DescriptorYaml>>>,
+    pub shadow_mode: Option<bool>,
+    pub detailed_metric: Option<bool>,
+    pub share_threshold: Option<Spanned<bool>>,
+    pub value_to_metric: Option<bool>,
+}
+
+/// The limit attached to a descriptor node.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitYaml {
+    pub requests_per_unit: Option<Spanned<u32>>,
+    pub unit: Option<Spanned<String>>,
+    pub unlimited: Option<bool>,
+    pub name: Option<Spanned<String>>,
+    pub replaces: Option<Vec<Spanned<ReplacesYaml>>>,
+}
+
+/// One entry of `replaces`: the name of a limit this one supersedes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplacesYaml {
+    pub name: Option<String>,
+}

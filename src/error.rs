@@ -1,0 +1,50 @@
+//! The crate's error type and its single mapping to a gRPC status, at the edge.
+
+use crate::config::ConfigErrors;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request breaks the protocol or a stated bound; the message says how.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The counter store could not decide.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Config(#[from] ConfigErrors),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("gRPC transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("gRPC reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// A setting (flag or environment variable) that cannot be used.
+    #[error("{0}")]
+    Settings(String),
+}
+
+impl Error {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl From<Error> for tonic::Status {
+    /// Never `UNKNOWN`: Envoy's ratelimit filter treats an unknown status like OK, so
+    /// every failure is given the code that says what happened.
+    fn from(error: Error) -> Self {
+        match error {
+            Error::InvalidRequest(msg) => tonic::Status::invalid_argument(msg),
+            Error::Store(e) => tonic::Status::unavailable(format!("rate limit store: {e}")),
+            other => tonic::Status::internal(other.to_string()),
+        }
+    }
+}

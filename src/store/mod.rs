@@ -1,0 +1,57 @@
+//! The store seam: a batch of counter operations in, one decision per operation out,
+//! decided atomically for the batch. Implementations: [`memory`] (one process).
+
+pub mod memory;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::algorithm::Decision;
+
+/// Names one counter: the domain, the rule (its config path), the request's descriptor
+/// entries that reached it, and the window length. Two requests share a counter iff
+/// these are equal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CounterKey {
+    pub domain: Arc<str>,
+    pub rule: Arc<str>,
+    pub entries: Vec<(String, String)>,
+    pub window_secs: u64,
+}
+
+/// One operation of a request on one counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterOp {
+    pub key: CounterKey,
+    pub limit: u64,
+    /// Hits this request adds; 0 only checks.
+    pub cost: u64,
+    /// Whether a denial of this operation denies the request, so nothing in the batch
+    /// is consumed. False for shadow-mode rules: they are decided and reported, but the
+    /// request goes through, so the batch's other counters are consumed.
+    pub vetoes: bool,
+}
+
+/// Why a store could not decide.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store timed out after {0:?}")]
+    Timeout(std::time::Duration),
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+pub type StoreFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<Decision>, StoreError>> + Send + 'a>>;
+
+/// Decides a request's operations together.
+///
+/// Contract, for every implementation: decisions come back in `ops` order; operations
+/// are decided in order, each seeing those before it (two operations on one counter
+/// add up); if any vetoing operation is denied, nothing is consumed and the allowed
+/// operations report what remains without this request; otherwise every allowed
+/// operation is consumed. A counter never admits more than its limit.
+pub trait Store: Send + Sync + 'static {
+    fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a>;
+}
