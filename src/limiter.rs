@@ -288,6 +288,7 @@ fn counter_key(
         rule: rule.map_or_else(|| Arc::from(OVERRIDE_RULE), |r| r.path.clone()),
         entries,
         window_secs: unit.seconds(),
+        hash_tag: rule.and_then(|r| r.hash_tag.clone()),
     }
 }
 

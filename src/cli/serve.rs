@@ -10,7 +10,9 @@ use crate::config;
 use crate::limiter::{Limiter, LimiterOptions};
 use crate::server::{self, Listeners};
 use crate::settings::{ServeFlags, ServeSettings};
+use crate::store::Store;
 use crate::store::memory::MemoryStore;
+use crate::store::redis::RedisStore;
 use crate::telemetry;
 
 #[derive(Debug, Args)]
@@ -27,6 +29,18 @@ pub struct ServeArgs {
     /// Answer OK overall even when over a limit (also $SHADOW_MODE)
     #[arg(long)]
     pub shadow_mode: bool,
+    /// Standalone Redis: redis://[user:pass@]host:port/db, rediss:// for TLS [default: $REDIS_URL]
+    #[arg(long)]
+    pub redis_url: Option<String>,
+    /// Redis Cluster seed nodes: host:port,host:port,... [default: $REDIS_URL with $REDIS_TYPE=cluster]
+    #[arg(long)]
+    pub redis_cluster: Option<String>,
+    /// Budget in milliseconds for one request's Redis work; beyond it the request gets UNAVAILABLE
+    #[arg(long, value_name = "MS")]
+    pub redis_timeout_ms: Option<u64>,
+    /// Prefix of every Redis key [default: $CACHE_KEY_PREFIX]
+    #[arg(long)]
+    pub key_prefix: Option<String>,
 }
 
 pub async fn run(args: ServeArgs) -> ExitCode {
@@ -40,6 +54,10 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         grpc_addr: args.grpc_addr,
         http_addr: args.http_addr,
         shadow_mode: args.shadow_mode,
+        redis_url: args.redis_url,
+        redis_cluster: args.redis_cluster,
+        redis_timeout_ms: args.redis_timeout_ms,
+        key_prefix: args.key_prefix,
     };
     let settings = match ServeSettings::resolve(&flags, &env) {
         Ok(settings) => settings,
@@ -56,13 +74,28 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         }
     };
     tracing::info!(path = %settings.config.display(), domains = config.domains().len(), "config loaded");
-    tracing::warn!(
-        "no Redis configured: using the in-memory store, so every limit is counted per process; \
-         with N replicas a client may get up to N times its limit"
-    );
+    let store: Arc<dyn Store> = match &settings.redis {
+        Some(options) => match RedisStore::connect(options).await {
+            Ok(store) => {
+                tracing::info!(redis = ?options, "connected to Redis");
+                Arc::new(store)
+            }
+            Err(e) => {
+                eprintln!("tollgate: cannot start: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => {
+            tracing::warn!(
+                "no Redis configured: using the in-memory store, so every limit is counted per process; \
+                 with N replicas a client may get up to N times its limit"
+            );
+            Arc::new(MemoryStore::new())
+        }
+    };
     let limiter = Arc::new(Limiter::new(
         config,
-        Arc::new(MemoryStore::new()),
+        store,
         LimiterOptions {
             global_shadow_mode: settings.shadow_mode,
         },

@@ -11,7 +11,7 @@ use super::error::ConfigError;
 use super::glob::Glob;
 use super::rule::{Limit, Rule, RuleKind, Unit};
 use super::schema::{DescriptorYaml, DomainYaml, RateLimitYaml};
-use super::tree::{Domain, Level, Node};
+use super::tree::{Branch, Domain, Level, Node};
 
 /// Compiles one file's contents. Errors are appended to `errors`; a domain comes back
 /// only when the file had none.
@@ -45,17 +45,32 @@ pub fn compile_domain(
         errors,
         rules: Vec::new(),
     };
-    let root = compiler.level(
-        &format!("{name}."),
-        "",
-        yaml.descriptors.unwrap_or_default(),
-    );
+    let hash_tag = compiler.hash_tag(yaml.hash_tag.as_ref(), "domain", None);
+    let scope = Scope {
+        composite: format!("{name}."),
+        path: String::new(),
+        keys: Vec::new(),
+        hash_tag,
+    };
+    let root = compiler.level(&scope, yaml.descriptors.unwrap_or_default());
     let rules = compiler.rules;
     (errors.len() == before).then(|| Domain {
         name: name.into(),
         root,
         rules,
     })
+}
+
+/// What a descriptor inherits from the nodes above it.
+struct Scope {
+    /// envoyproxy/ratelimit's composite key of the parent (`domain.k_v.`), for
+    /// duplicate errors in its wording.
+    composite: String,
+    /// The parent's path (`k_v.k2`), naming rules in errors, logs and metrics.
+    path: String,
+    /// Entry keys from the root down to the parent.
+    keys: Vec<String>,
+    hash_tag: Option<Arc<[Arc<str>]>>,
 }
 
 struct Compiler<'a> {
@@ -70,14 +85,7 @@ impl Compiler<'_> {
             .push(ConfigError::new(self.file, Some(line), message));
     }
 
-    /// `composite` is envoyproxy/ratelimit's composite key of the parent (`domain.k_v.`),
-    /// used in duplicate errors; `path` is the parent's path for rule names in logs.
-    fn level(
-        &mut self,
-        composite: &str,
-        path: &str,
-        descriptors: Vec<Spanned<DescriptorYaml>>,
-    ) -> Level {
+    fn level(&mut self, scope: &Scope, descriptors: Vec<Spanned<DescriptorYaml>>) -> Level {
         let mut level = Level::default();
         for spanned in descriptors {
             let line = spanned.referenced.line();
@@ -99,16 +107,19 @@ impl Compiler<'_> {
             } else {
                 format!("{key}_{value}")
             };
-            let node_composite = format!("{composite}{final_key}");
-            let node_path = if path.is_empty() {
+            let mut keys = scope.keys.clone();
+            keys.push(key.clone());
+            let path = if scope.path.is_empty() {
                 final_key.clone()
             } else {
-                format!("{path}.{final_key}")
+                format!("{}.{final_key}", scope.path)
             };
-
-            let rule = d
-                .rate_limit
-                .map(|rl| self.rule(&node_path, &d.shadow_mode, &d.detailed_metric, rl));
+            let what = format!("descriptor '{path}'");
+            let hash_tag = match &d.hash_tag {
+                Some(_) => self.hash_tag(d.hash_tag.as_ref(), &what, Some(&keys)),
+                None => scope.hash_tag.clone(),
+            };
+            let share_threshold = d.share_threshold.as_ref().is_some_and(|s| s.value);
             if let Some(share) = &d.share_threshold
                 && share.value
                 && !value.contains('*')
@@ -116,63 +127,92 @@ impl Compiler<'_> {
                 self.error(
                     share.referenced.line(),
                     format!(
-                        "descriptor '{node_path}': share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'"
+                        "{what}: share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'"
                     ),
                 );
             }
-            let children = self.level(
-                &format!("{node_composite}."),
-                &node_path,
-                d.descriptors.unwrap_or_default(),
-            );
+            let rule = d.rate_limit.and_then(|rl| {
+                let flags = RuleFlags {
+                    shadow_mode: d.shadow_mode.unwrap_or(false),
+                    detailed_metric: d.detailed_metric.unwrap_or(false),
+                    hash_tag: hash_tag.clone(),
+                };
+                self.rule(&path, flags, rl)
+            });
+            let child_scope = Scope {
+                composite: format!("{}{final_key}.", scope.composite),
+                path,
+                keys,
+                hash_tag,
+            };
             let node = Node {
-                rule: rule.flatten(),
-                children,
-                share_threshold: d.share_threshold.as_ref().is_some_and(|s| s.value),
+                rule,
+                children: self.level(&child_scope, d.descriptors.unwrap_or_default()),
+                share_threshold,
             };
-
-            let branch = level.keys.entry(key.clone()).or_default();
-            let duplicate = if value.is_empty() {
-                let taken = branch.key_only.is_some();
-                if !taken {
-                    branch.key_only = Some(Box::new(node));
-                }
-                taken
-            } else if let Some(glob) = Glob::new(&value) {
-                let taken = branch.wildcards.iter().any(|(g, _)| g.pattern() == value);
-                if !taken {
-                    branch.wildcards.push((glob, node));
-                }
-                taken
-            } else {
-                match branch.exact.entry(value.clone()) {
-                    Entry::Occupied(_) => true,
-                    Entry::Vacant(slot) => {
-                        slot.insert(node);
-                        false
-                    }
-                }
-            };
-            if duplicate {
+            if !insert(level.keys.entry(key).or_default(), &value, node) {
                 self.error(
                     key_line,
-                    format!("duplicate descriptor composite key '{node_composite}'"),
+                    format!(
+                        "duplicate descriptor composite key '{}{final_key}'",
+                        scope.composite
+                    ),
                 );
             }
         }
         level
     }
 
+    /// Validates a `hash_tag` list. At descriptor level every key must be on the
+    /// descriptor's path, or the tag could never be formed.
+    fn hash_tag(
+        &mut self,
+        spanned: Option<&Spanned<Vec<String>>>,
+        what: &str,
+        path_keys: Option<&[String]>,
+    ) -> Option<Arc<[Arc<str>]>> {
+        let spanned = spanned?;
+        let line = spanned.referenced.line();
+        if spanned.value.is_empty() {
+            self.error(
+                line,
+                format!("{what}: hash_tag must name at least one descriptor key"),
+            );
+            return None;
+        }
+        for key in &spanned.value {
+            if key.is_empty() {
+                self.error(line, format!("{what}: hash_tag keys must not be empty"));
+            } else if let Some(path_keys) = path_keys
+                && !path_keys.contains(key)
+            {
+                self.error(
+                    line,
+                    format!(
+                        "{what}: hash_tag key '{key}' is not a key on this descriptor's path (expected one of {})",
+                        path_keys.join(", ")
+                    ),
+                );
+            }
+        }
+        Some(
+            spanned
+                .value
+                .iter()
+                .map(|k| Arc::from(k.as_str()))
+                .collect(),
+        )
+    }
+
     fn rule(
         &mut self,
         path: &str,
-        shadow_mode: &Option<bool>,
-        detailed_metric: &Option<bool>,
+        flags: RuleFlags,
         spanned: Spanned<RateLimitYaml>,
     ) -> Option<Rule> {
         let line = spanned.referenced.line();
         let rl = spanned.value;
-        let unlimited = rl.unlimited.unwrap_or(false);
+        let what = format!("descriptor '{path}'");
         let name = rl
             .name
             .as_ref()
@@ -180,11 +220,13 @@ impl Compiler<'_> {
             .filter(|n| !n.is_empty());
         let mut ok = true;
 
-        let kind = if unlimited {
+        let kind = if rl.unlimited.unwrap_or(false) {
             if let Some(unit) = &rl.unit {
                 self.error(
                     unit.referenced.line(),
-                    format!("descriptor '{path}': rate_limit.unit: should not specify rate limit unit when unlimited"),
+                    format!(
+                        "{what}: rate_limit.unit: should not specify rate limit unit when unlimited"
+                    ),
                 );
                 ok = false;
             }
@@ -194,23 +236,21 @@ impl Compiler<'_> {
                 Some(u) => (u.value.as_str(), u.referenced.line()),
                 None => ("", line),
             };
-            match Unit::parse(unit_text) {
-                Some(unit) => RuleKind::Limited(Limit {
-                    requests_per_unit: rl.requests_per_unit.as_ref().map_or(0, |r| r.value),
-                    unit,
-                }),
-                None => {
-                    let expected: Vec<&str> = Unit::ALL.iter().map(|(_, n)| *n).collect();
-                    self.error(
-                        unit_line,
-                        format!(
-                            "descriptor '{path}': rate_limit.unit: invalid rate limit unit '{unit_text}' (expected one of {})",
-                            expected.join(", ")
-                        ),
-                    );
-                    return None;
-                }
-            }
+            let Some(unit) = Unit::parse(unit_text) else {
+                let expected: Vec<&str> = Unit::ALL.iter().map(|(_, n)| *n).collect();
+                self.error(
+                    unit_line,
+                    format!(
+                        "{what}: rate_limit.unit: invalid rate limit unit '{unit_text}' (expected one of {})",
+                        expected.join(", ")
+                    ),
+                );
+                return None;
+            };
+            RuleKind::Limited(Limit {
+                requests_per_unit: rl.requests_per_unit.as_ref().map_or(0, |r| r.value),
+                unit,
+            })
         };
 
         let mut replaces = Vec::new();
@@ -218,14 +258,19 @@ impl Compiler<'_> {
             let r_line = r.referenced.line();
             match r.value.name.filter(|n| !n.is_empty()) {
                 None => {
-                    self.error(r_line, format!("descriptor '{path}': rate_limit.replaces: should not have an empty replaces entry"));
+                    self.error(
+                        r_line,
+                        format!(
+                            "{what}: rate_limit.replaces: should not have an empty replaces entry"
+                        ),
+                    );
                     ok = false;
                 }
                 Some(replaced) if Some(&replaced) == name.as_ref() => {
                     self.error(
                         r_line,
                         format!(
-                            "descriptor '{path}': rate_limit.replaces: replaces should not contain name of same descriptor ('{replaced}')"
+                            "{what}: rate_limit.replaces: replaces should not contain name of same descriptor ('{replaced}')"
                         ),
                     );
                     ok = false;
@@ -239,10 +284,43 @@ impl Compiler<'_> {
             name: name.map(Arc::from),
             kind,
             replaces,
-            shadow_mode: shadow_mode.unwrap_or(false),
-            detailed_metric: detailed_metric.unwrap_or(false),
+            shadow_mode: flags.shadow_mode,
+            detailed_metric: flags.detailed_metric,
+            hash_tag: flags.hash_tag,
         };
         self.rules.push(rule.clone());
         ok.then_some(rule)
+    }
+}
+
+/// Descriptor-level settings that end up on the rule.
+struct RuleFlags {
+    shadow_mode: bool,
+    detailed_metric: bool,
+    hash_tag: Option<Arc<[Arc<str>]>>,
+}
+
+/// Files the node under its value kind; false when that value is already taken.
+fn insert(branch: &mut Branch, value: &str, node: Node) -> bool {
+    if value.is_empty() {
+        if branch.key_only.is_some() {
+            return false;
+        }
+        branch.key_only = Some(Box::new(node));
+        true
+    } else if let Some(glob) = Glob::new(value) {
+        if branch.wildcards.iter().any(|(g, _)| g.pattern() == value) {
+            return false;
+        }
+        branch.wildcards.push((glob, node));
+        true
+    } else {
+        match branch.exact.entry(value.to_owned()) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(slot) => {
+                slot.insert(node);
+                true
+            }
+        }
     }
 }

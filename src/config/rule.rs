@@ -116,4 +116,8 @@ pub struct Rule {
     pub shadow_mode: bool,
     /// Metrics may carry descriptor values for this rule (envoyproxy/ratelimit meaning).
     pub detailed_metric: bool,
+    /// tollgate extension: the descriptor keys whose entries form the Redis Cluster
+    /// hash tag of this rule's counters (nearest `hash_tag` up the tree, else the
+    /// domain's); `None` tags with every entry.
+    pub hash_tag: Option<Arc<[Arc<str>]>>,
 }

@@ -14,6 +14,8 @@ pub struct DomainYaml {
     pub domain: Option<Spanned<String>>,
     #[serde(default)]
     pub descriptors: Option<Vec<Spanned<DescriptorYaml>>>,
+    /// tollgate extension: descriptor keys forming the Redis Cluster hash tag.
+    pub hash_tag: Option<Spanned<Vec<String>>>,
 }
 
 /// One node of the descriptor tree.
@@ -28,6 +30,8 @@ pub struct DescriptorYaml {
     pub detailed_metric: Option<bool>,
     pub share_threshold: Option<Spanned<bool>>,
     pub value_to_metric: Option<bool>,
+    /// tollgate extension: overrides the domain's `hash_tag` for this subtree.
+    pub hash_tag: Option<Spanned<Vec<String>>>,
 }
 
 /// The limit attached to a descriptor node.

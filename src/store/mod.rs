@@ -1,7 +1,9 @@
 //! The store seam: a batch of counter operations in, one decision per operation out,
-//! decided atomically for the batch. Implementations: [`memory`] (one process).
+//! decided atomically for the batch. Implementations: [`memory`] (one process) and
+//! [`redis`] (standalone or cluster, shared by every replica).
 
 pub mod memory;
+pub mod redis;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,6 +20,9 @@ pub struct CounterKey {
     pub rule: Arc<str>,
     pub entries: Vec<(String, String)>,
     pub window_secs: u64,
+    /// `hash_tag`: the entry keys that form the Redis Cluster hash tag (`None`: all).
+    /// It decides where the counter lives, never which requests share it.
+    pub hash_tag: Option<Arc<[Arc<str>]>>,
 }
 
 /// One operation of a request on one counter.

@@ -1,0 +1,202 @@
+//! Redis key encoding: `<prefix>{<tag>}<rest>`.
+//!
+//! The hash tag (between the first `{` and the next `}`) decides the Redis Cluster
+//! slot, and a script may only touch keys of one slot, so the tag is chosen on
+//! purpose: by default the domain plus every descriptor entry of the counter (counters
+//! spread over the shards); with `hash_tag: [keys]` the domain plus only those entries,
+//! so e.g. all of one tenant's counters share a slot and are decided in one script.
+//!
+//! Descriptor values come from clients. Every component is escaped so that it cannot
+//! contain `{`, `}`, the separators `|` `=` `:`, `%` itself, or control bytes: the
+//! encoding is injective, and no value can move a key to another slot than the rule
+//! intends.
+
+use std::fmt::Write;
+
+use crate::store::CounterKey;
+
+/// Appends `text` with every special byte written as `%XX`.
+fn escape_into(out: &mut String, text: &str) {
+    for ch in text.chars() {
+        match ch {
+            '{' | '}' | '|' | '=' | ':' | '%' | '\u{0}'..='\u{1f}' | '\u{7f}' => {
+                let _ = write!(out, "%{:02X}", ch as u32);
+            }
+            _ => out.push(ch),
+        }
+    }
+}
+
+/// Whether entry `key` belongs in the tag of `counter`.
+fn in_tag(counter: &CounterKey, key: &str) -> bool {
+    match &counter.hash_tag {
+        Some(keys) => keys.iter().any(|k| &**k == key),
+        None => true,
+    }
+}
+
+/// The full Redis key of a counter. `prefix` must not contain `{` or `}` (checked when
+/// settings are read), or it would capture the hash tag.
+pub fn encode(prefix: &str, counter: &CounterKey) -> String {
+    let mut key = String::with_capacity(prefix.len() + 64);
+    key.push_str(prefix);
+    key.push('{');
+    escape_into(&mut key, &counter.domain);
+    // A hash_tag naming keys the descriptor lacks falls back to the default tag
+    // rather than piling every such counter into the domain's single slot.
+    let tagged =
+        counter.hash_tag.is_some() && counter.entries.iter().any(|(k, _)| in_tag(counter, k));
+    for (k, v) in &counter.entries {
+        if !tagged || in_tag(counter, k) {
+            key.push('|');
+            escape_into(&mut key, k);
+            key.push('=');
+            escape_into(&mut key, v);
+        }
+    }
+    key.push_str("}:");
+    escape_into(&mut key, &counter.rule);
+    key.push(':');
+    for (i, (k, v)) in counter.entries.iter().enumerate() {
+        if i > 0 {
+            key.push('|');
+        }
+        escape_into(&mut key, k);
+        key.push('=');
+        escape_into(&mut key, v);
+    }
+    let _ = write!(key, ":{}", counter.window_secs);
+    key
+}
+
+/// The hash tag of an encoded key: what Redis hashes to pick the slot.
+pub fn tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let close = key[open + 1..].find('}')?;
+    Some(&key[open + 1..open + 1 + close])
+}
+
+/// Why a key prefix cannot be used.
+pub fn check_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.contains(['{', '}']) {
+        return Err(format!(
+            "key prefix '{prefix}' must not contain '{{' or '}}': it would become the Redis Cluster hash tag"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    fn counter(entries: Vec<(String, String)>, hash_tag: Option<Vec<&str>>) -> CounterKey {
+        CounterKey {
+            domain: Arc::from("dom"),
+            rule: Arc::from("tenant_id.user"),
+            entries,
+            window_secs: 60,
+            hash_tag: hash_tag.map(|keys| keys.into_iter().map(Arc::from).collect()),
+        }
+    }
+
+    fn pair(k: &str, v: &str) -> (String, String) {
+        (k.to_owned(), v.to_owned())
+    }
+
+    #[test]
+    fn layout_is_prefix_tag_rest() {
+        let key = encode(
+            "rl:",
+            &counter(vec![pair("tenant_id", "acme"), pair("user", "u1")], None),
+        );
+        assert_eq!(
+            key,
+            "rl:{dom|tenant_id=acme|user=u1}:tenant_id.user:tenant_id=acme|user=u1:60"
+        );
+    }
+
+    #[test]
+    fn hash_tag_keeps_only_named_entries_in_the_tag() {
+        let key = encode(
+            "",
+            &counter(
+                vec![pair("tenant_id", "acme"), pair("user", "u1")],
+                Some(vec!["tenant_id"]),
+            ),
+        );
+        assert_eq!(tag(&key), Some("dom|tenant_id=acme"));
+        let missing = encode(
+            "",
+            &counter(vec![pair("user", "u1")], Some(vec!["tenant_id"])),
+        );
+        assert_eq!(
+            tag(&missing),
+            Some("dom|user=u1"),
+            "falls back to the default tag"
+        );
+    }
+
+    #[test]
+    fn braces_and_separators_in_values_are_escaped() {
+        let key = encode("", &counter(vec![pair("k", "}{evil|x=y:%\n")], None));
+        assert_eq!(tag(&key), Some("dom|k=%7D%7Bevil%7Cx%3Dy%3A%25%0A"));
+        assert_eq!(key.matches('{').count(), 1);
+        assert_eq!(key.matches('}').count(), 1);
+    }
+
+    #[test]
+    fn prefixes_with_braces_are_refused() {
+        assert!(check_prefix("ok:").is_ok());
+        assert!(check_prefix("a{b").is_err());
+    }
+
+    fn entries() -> impl Strategy<Value = Vec<(String, String)>> {
+        // Arbitrary unicode, biased towards the bytes the escaping must handle.
+        let text = prop_oneof![any::<String>(), "[{}|=:%a\\x00\\n]{0,6}"];
+        proptest::collection::vec((text.clone(), text), 0..4)
+    }
+
+    proptest! {
+        #[test]
+        fn encoding_is_injective(a in entries(), b in entries(), wa in 1u64..3, wb in 1u64..3) {
+            let mut ca = counter(a, None);
+            ca.window_secs = wa;
+            let mut cb = counter(b, None);
+            cb.window_secs = wb;
+            if ca != cb {
+                prop_assert_ne!(encode("p:", &ca), encode("p:", &cb));
+            }
+        }
+
+        #[test]
+        fn slot_depends_only_on_the_tag(a in entries(), rule in any::<String>(), window in 1u64..100_000) {
+            let ca = counter(a.clone(), None);
+            let mut cb = counter(a, None);
+            cb.rule = Arc::from(rule);
+            cb.window_secs = window;
+            let (ka, kb) = (encode("x", &ca), encode("y", &cb));
+            prop_assert_eq!(tag(&ka), tag(&kb));
+            prop_assert_eq!(
+                redis::cluster_routing::Slot::for_key(ka.as_bytes()),
+                redis::cluster_routing::Slot::for_key(kb.as_bytes())
+            );
+        }
+
+        #[test]
+        fn one_tenant_one_slot(tenant in any::<String>(), user in any::<String>(), route in any::<String>()) {
+            let tag_keys = Some(vec!["tenant_id"]);
+            let keys = [
+                encode("", &counter(vec![pair("tenant_id", &tenant)], tag_keys.clone())),
+                encode("", &counter(vec![pair("tenant_id", &tenant), pair("user", &user)], tag_keys.clone())),
+                encode("", &counter(vec![pair("tenant_id", &tenant), pair("route", &route)], tag_keys)),
+            ];
+            let slot = redis::cluster_routing::Slot::for_key(keys[0].as_bytes());
+            for key in &keys {
+                prop_assert_eq!(redis::cluster_routing::Slot::for_key(key.as_bytes()), slot);
+            }
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The Redis store, standalone or cluster: a request's counter operations are grouped
+//! by hash slot, each group is decided by one atomic script call (groups run
+//! concurrently, one round trip per shard), and when any group denies the request the
+//! groups that did consume are refunded, so a denied request consumes nothing.
+
+pub mod connect;
+pub mod keys;
+pub mod scripts;
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::cluster_routing::Slot;
+use redis::{FromRedisValue, RedisResult, ScriptInvocation};
+
+use self::connect::{Connection, RedisOptions};
+use self::scripts::{Refund, Reply};
+use super::{CounterOp, Store, StoreError, StoreFuture};
+use crate::algorithm::Decision;
+
+pub use connect::RedisTarget;
+
+pub struct RedisStore {
+    connection: Connection,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl RedisStore {
+    pub async fn connect(options: &RedisOptions) -> Result<Self, StoreError> {
+        keys::check_prefix(&options.key_prefix).map_err(StoreError::Unavailable)?;
+        let connection = connect::connect(options)
+            .await
+            .map_err(StoreError::Unavailable)?;
+        Ok(Self {
+            connection,
+            prefix: options.key_prefix.clone(),
+            timeout: options.timeout,
+        })
+    }
+
+    async fn invoke<T: FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<T> {
+        match &self.connection {
+            Connection::Standalone(c) => invocation.invoke_async(&mut c.clone()).await,
+            Connection::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
+        }
+    }
+
+    async fn run_group(
+        &self,
+        keys: &[String],
+        ops: &[&CounterOp],
+    ) -> Result<Vec<Reply>, StoreError> {
+        let invocation = scripts::batch_invocation(keys, ops);
+        let values: Vec<i64> = self
+            .invoke(&invocation)
+            .await
+            .map_err(|e| StoreError::Unavailable(connect::describe(&e)))?;
+        scripts::parse_batch_reply(&values, ops.len()).map_err(StoreError::Unavailable)
+    }
+
+    async fn decide_batch(&self, ops: &[CounterOp]) -> Result<Vec<Decision>, StoreError> {
+        let keys: Vec<String> = ops
+            .iter()
+            .map(|op| keys::encode(&self.prefix, &op.key))
+            .collect();
+        let groups = group_by_slot(&keys);
+        let results = join_all(groups.iter().map(|indices| {
+            let group_keys: Vec<String> = indices.iter().map(|&i| keys[i].clone()).collect();
+            let group_ops: Vec<&CounterOp> = indices.iter().map(|&i| &ops[i]).collect();
+            async move { self.run_group(&group_keys, &group_ops).await }
+        }))
+        .await;
+
+        // Which groups wrote: a group commits unless one of its vetoing ops was denied.
+        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
+        let mut failure = None;
+        let mut vetoed = false;
+        let mut committed = Vec::new();
+        for (indices, result) in groups.iter().zip(results) {
+            match result {
+                Ok(group_replies) => {
+                    let group_vetoed = indices
+                        .iter()
+                        .zip(&group_replies)
+                        .any(|(&i, r)| ops[i].vetoes && !r.decision.allowed);
+                    vetoed |= group_vetoed;
+                    if !group_vetoed {
+                        committed.push(indices);
+                    }
+                    for (&i, reply) in indices.iter().zip(group_replies) {
+                        replies[i] = Some(reply);
+                    }
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+
+        if vetoed || failure.is_some() {
+            // Give back what the committed groups consumed: the request is not admitted.
+            let refunds: Vec<Refund> = committed
+                .iter()
+                .flat_map(|indices| indices.iter())
+                .filter(|&&i| ops[i].cost > 0 && replies[i].is_some_and(|r| r.decision.allowed))
+                .map(|&i| Refund {
+                    key: keys[i].clone(),
+                    token: replies[i].map_or(0, |r| r.token),
+                    cost: ops[i].cost,
+                })
+                .collect();
+            self.refund(refunds).await;
+            for &i in committed.iter().flat_map(|indices| indices.iter()) {
+                if let Some(reply) = replies[i].as_mut().filter(|r| r.decision.allowed) {
+                    reply.decision.remaining = reply
+                        .decision
+                        .remaining
+                        .saturating_add(ops[i].cost)
+                        .min(ops[i].limit);
+                }
+            }
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok(replies
+            .into_iter()
+            .map(|r| r.expect("every group replied").decision)
+            .collect())
+    }
+
+    /// Best effort: a refund that fails leaves a counter briefly high (under-admission),
+    /// which is the safe direction; it is logged, not returned.
+    async fn refund(&self, refunds: Vec<Refund>) {
+        if refunds.is_empty() {
+            return;
+        }
+        let mut by_slot: Vec<(Slot, Vec<Refund>)> = Vec::new();
+        for refund in refunds {
+            let slot = Slot::for_key(refund.key.as_bytes());
+            match by_slot.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, group)) => group.push(refund),
+                None => by_slot.push((slot, vec![refund])),
+            }
+        }
+        let results = join_all(by_slot.iter().map(|(_, group)| async move {
+            let invocation = scripts::refund_invocation(group);
+            self.invoke::<i64>(&invocation).await
+        }))
+        .await;
+        for result in results {
+            if let Err(e) = result {
+                tracing::warn!(error = %connect::describe(&e), "refund failed; a counter stays high until its window ends");
+            }
+        }
+    }
+}
+
+/// Indices of `keys` grouped by hash slot, groups in first-seen order and request order
+/// within each group (so duplicate counters are decided in request order).
+fn group_by_slot(keys: &[String]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let slot = Slot::for_key(key.as_bytes());
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(i),
+            None => groups.push((slot, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
+}
+
+impl Store for RedisStore {
+    fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+        Box::pin(async move {
+            match tokio::time::timeout(self.timeout, self.decide_batch(ops)).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Timeout(self.timeout)),
+            }
+        })
+    }
+}
