@@ -13,6 +13,7 @@ use axum::routing::{any, get};
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
 
+use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::proto::{
     FILE_DESCRIPTOR_SET, RateLimitRequest, RateLimitResponse, rate_limit_response::Code,
@@ -44,7 +45,18 @@ async fn json_check(State(limiter): State<Arc<Limiter>>, body: Bytes) -> Respons
     };
     let response = match limiter.should_rate_limit(&request).await {
         Ok(response) => response,
-        Err(error) => return bad_request(error.to_string()),
+        Err(error @ Error::InvalidRequest(_)) => return bad_request(error.to_string()),
+        // The client is not to blame for a backend outage.
+        Err(error @ Error::Store(_)) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("Service Unavailable: {error}\n"),
+            )
+                .into_response();
+        }
+        Err(error) => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")).into_response();
+        }
     };
     let status = match Code::try_from(response.overall_code) {
         Ok(Code::OverLimit) => StatusCode::TOO_MANY_REQUESTS,

@@ -80,14 +80,21 @@ impl Limiter {
         // Envoy sends 0 when the route sets no hits_addend: that means one hit.
         let default_cost = u64::from(request.hits_addend.max(1));
 
-        let mut plans = Vec::with_capacity(request.descriptors.len());
-        let mut ops = Vec::new();
+        let mut resolved = Vec::with_capacity(request.descriptors.len());
         for (index, descriptor) in request.descriptors.iter().enumerate() {
-            let Some(domain) = domain else {
-                plans.push(Plan::NoLimit);
-                continue;
-            };
-            let (limit, rule, shared) = match resolve(domain, index, descriptor)? {
+            resolved.push(match domain {
+                Some(domain) => resolve(domain, index, descriptor)?,
+                None => Resolved::NoLimit,
+            });
+        }
+        // Replaced limits are dropped before any counter is touched: they are neither
+        // counted nor able to deny the request.
+        apply_replaces(&mut resolved);
+
+        let mut plans = Vec::with_capacity(resolved.len());
+        let mut ops = Vec::new();
+        for (descriptor, resolved) in request.descriptors.iter().zip(resolved) {
+            let (limit, rule, shared) = match resolved {
                 Resolved::NoLimit => {
                     plans.push(Plan::NoLimit);
                     continue;
@@ -102,10 +109,13 @@ impl Limiter {
                     shared,
                 } => (limit, rule, shared),
             };
+            let domain_name = domain
+                .map(|d| &d.name)
+                .expect("limits come only from a known domain");
             let cost = descriptor.hits_addend.unwrap_or(default_cost);
             let shadow = rule.is_some_and(|r| r.shadow_mode) || self.options.global_shadow_mode;
             ops.push(CounterOp {
-                key: counter_key(&domain.name, rule, descriptor, shared, limit.unit),
+                key: counter_key(domain_name, rule, descriptor, shared, limit.unit),
                 limit: u64::from(limit.requests_per_unit),
                 cost,
                 vetoes: !shadow,
@@ -116,7 +126,6 @@ impl Limiter {
                 op: ops.len() - 1,
             });
         }
-        apply_replaces(&mut plans);
 
         let decisions = if ops.is_empty() {
             Vec::new()
@@ -233,11 +242,11 @@ fn resolve<'a>(
 
 /// `replaces`: a named limit is dropped when another matched limit in the same
 /// request names it. The dropped descriptor is then answered like an unmatched one.
-fn apply_replaces(plans: &mut [Plan<'_>]) {
-    let replaced: Vec<&str> = plans
+fn apply_replaces(resolved: &mut [Resolved<'_>]) {
+    let replaced: Vec<&str> = resolved
         .iter()
-        .filter_map(|p| match p {
-            Plan::Limited {
+        .filter_map(|r| match r {
+            Resolved::Limited {
                 rule: Some(rule), ..
             } => Some(rule.replaces.iter().map(|r| &**r)),
             _ => None,
@@ -247,16 +256,16 @@ fn apply_replaces(plans: &mut [Plan<'_>]) {
     if replaced.is_empty() {
         return;
     }
-    for plan in plans.iter_mut() {
-        if let Plan::Limited {
+    for r in resolved.iter_mut() {
+        if let Resolved::Limited {
             rule: Some(rule), ..
-        } = plan
+        } = r
             && rule
                 .name
                 .as_deref()
                 .is_some_and(|name| replaced.contains(&name))
         {
-            *plan = Plan::NoLimit;
+            *r = Resolved::NoLimit;
         }
     }
 }

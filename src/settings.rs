@@ -12,9 +12,14 @@ use crate::store::redis::connect::{RedisOptions, RedisTarget};
 pub const DEFAULT_CONFIG: &str = "config";
 pub const DEFAULT_GRPC_ADDR: &str = "0.0.0.0:8081";
 pub const DEFAULT_HTTP_ADDR: &str = "0.0.0.0:8080";
-/// Budget for one request's Redis work. Envoy's ratelimit filter gives up after 20 ms
-/// by default; answering well before that keeps the failure decision ours.
-pub const DEFAULT_REDIS_TIMEOUT_MS: u64 = 10;
+/// Budget for one request's Redis work. Not "well under Envoy's 20 ms" as first
+/// designed: a burst of 300 simultaneous calls on one hot key measured 7-15 ms warm and
+/// 23-42 ms right after start-up on a 2-core machine (all replies of a pipelined burst
+/// arrive together), and a timeout inside that range turns a burst into errors, and,
+/// since the script may already have run, into miscounts. Fast answers during an
+/// outage are the circuit breaker's job. Deployments that want tollgate's failure mode
+/// to win over Envoy's should raise Envoy's ratelimit `timeout` above this.
+pub const DEFAULT_REDIS_TIMEOUT_MS: u64 = 50;
 pub const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What `serve` was asked for on the command line (all optional).

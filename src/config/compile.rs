@@ -17,6 +17,7 @@ use super::tree::{Branch, Domain, Level, Node};
 /// only when the file had none.
 pub fn compile_domain(
     file: &Path,
+    source: &str,
     yaml: DomainYaml,
     errors: &mut Vec<ConfigError>,
 ) -> Option<Domain> {
@@ -42,6 +43,7 @@ pub fn compile_domain(
     };
     let mut compiler = Compiler {
         file,
+        source,
         errors,
         rules: Vec::new(),
     };
@@ -75,6 +77,7 @@ struct Scope {
 
 struct Compiler<'a> {
     file: &'a Path,
+    source: &'a str,
     errors: &'a mut Vec<ConfigError>,
     rules: Vec<Rule>,
 }
@@ -234,7 +237,9 @@ impl Compiler<'_> {
         } else {
             let (unit_text, unit_line) = match &rl.unit {
                 Some(u) => (u.value.as_str(), u.referenced.line()),
-                None => ("", line),
+                // A block mapping's span starts at its first key; the mistake is the
+                // `rate_limit:` line that opens it.
+                None => ("", key_line(self.source, line, "rate_limit")),
             };
             let Some(unit) = Unit::parse(unit_text) else {
                 let expected: Vec<&str> = Unit::ALL.iter().map(|(_, n)| *n).collect();
@@ -291,6 +296,20 @@ impl Compiler<'_> {
         self.rules.push(rule.clone());
         ok.then_some(rule)
     }
+}
+
+/// The line at or above `from` where `key:` is written: where a mapping that starts
+/// at `from` was opened.
+pub fn key_line(source: &str, from: u64, key: &str) -> u64 {
+    let lines: Vec<&str> = source.lines().collect();
+    let from = usize::try_from(from).unwrap_or(usize::MAX).min(lines.len());
+    (1..=from)
+        .rev()
+        .find(|&n| {
+            let line = lines[n - 1].trim_start().trim_start_matches("- ");
+            line.starts_with(key) && line[key.len()..].trim_start().starts_with(':')
+        })
+        .map_or(from as u64, |n| n as u64)
 }
 
 /// Descriptor-level settings that end up on the rule.

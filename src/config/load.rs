@@ -57,7 +57,7 @@ pub fn load_sources(sources: &[(&Path, &str)]) -> Result<Config, ConfigErrors> {
             continue;
         };
         let line = yaml.domain.as_ref().map_or(1, |d| d.referenced.line());
-        let Some(domain) = compile_domain(file, yaml, &mut errors) else {
+        let Some(domain) = compile_domain(file, text, yaml, &mut errors) else {
             continue;
         };
         if let Some((_, first, first_line)) = domains.get(&domain.name) {
@@ -96,7 +96,11 @@ fn parse(file: &Path, text: &str, errors: &mut Vec<ConfigError>) -> Option<Domai
         Ok(yaml) => Some(yaml),
         Err(e) => {
             let line = e.location().map(|l| l.line()).filter(|l| *l > 0);
-            errors.push(ConfigError::new(file, line, describe_parse_error(&e)));
+            errors.push(ConfigError::new(
+                file,
+                line,
+                describe_parse_error(&e, text, line),
+            ));
             None
         }
     }
@@ -104,16 +108,31 @@ fn parse(file: &Path, text: &str, errors: &mut Vec<ConfigError>) -> Option<Domai
 
 /// The parser's message without its source snippet or trailing position (we print the
 /// position ourselves, in `file:line:` form), with serde's wording for unknown keys
-/// turned into envoyproxy/ratelimit's.
-fn describe_parse_error(e: &serde_saphyr::Error) -> String {
+/// turned into envoyproxy/ratelimit's, and type errors prefixed with the field the
+/// offending line sets (the parser alone says only `invalid u32`).
+fn describe_parse_error(e: &serde_saphyr::Error, source: &str, line: Option<u64>) -> String {
     let text = e.without_snippet().to_string();
     let first = text.lines().next().unwrap_or("invalid YAML").trim();
     let first = strip_position(first);
-    match first.strip_prefix("unknown field `") {
-        Some(rest) => {
-            let (field, expected) = rest.split_once('`').unwrap_or((rest, ""));
-            format!("unknown key '{field}'{}", expected.replace('`', "'"))
-        }
+    // Library advice about its own options means nothing to a config author.
+    let first = first
+        .split(", set DuplicateKeyPolicy")
+        .next()
+        .unwrap_or(first);
+    if let Some(rest) = first.strip_prefix("unknown field `") {
+        let (field, expected) = rest.split_once('`').unwrap_or((rest, ""));
+        return format!("unknown key '{field}'{}", expected.replace('`', "'"));
+    }
+    let field = line
+        .and_then(|n| source.lines().nth(usize::try_from(n).ok()?.checked_sub(1)?))
+        .and_then(|l| l.trim_start().trim_start_matches("- ").split_once(':'))
+        .map(|(key, value)| (key.trim(), value.trim()))
+        .filter(|(key, _)| {
+            !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+    match field {
+        Some((key, value)) if !value.is_empty() => format!("{key}: {first} (got '{value}')"),
+        Some((key, _)) => format!("{key}: {first}"),
         None => first.to_owned(),
     }
 }

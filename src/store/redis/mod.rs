@@ -32,6 +32,27 @@ impl RedisStore {
         let connection = connect::connect(options)
             .await
             .map_err(StoreError::Unavailable)?;
+        // Load the scripts everywhere now (on a cluster SCRIPT LOAD reaches every
+        // node), so the first burst of traffic does not meet NOSCRIPT all at once and
+        // resend every body within its request's timeout.
+        let load = async {
+            for script in [&*scripts::BATCH, &*scripts::REFUND] {
+                match &connection {
+                    Connection::Standalone(c) => script.load_async(&mut c.clone()).await?,
+                    Connection::Cluster(c) => script.load_async(&mut c.clone()).await?,
+                };
+            }
+            Ok::<(), redis::RedisError>(())
+        };
+        tokio::time::timeout(options.connect_timeout, load)
+            .await
+            .map_err(|_| StoreError::Unavailable("loading the scripts timed out".into()))?
+            .map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "cannot load the scripts: {}",
+                    connect::describe(&e)
+                ))
+            })?;
         Ok(Self {
             connection,
             prefix: options.key_prefix.clone(),
