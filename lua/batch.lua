@@ -1,67 +1,97 @@
 -- batch.lua: decide every counter operation of one hash-slot group, atomically.
 --
 -- KEYS[i]   the counter of operation i. Every key shares one hash tag, so the group
---           lives on one shard and the cluster client can route the call by KEYS[1].
--- ARGV      5 values per operation i, at 5*(i-1)+1 ..:
---             algorithm id (1 = fixed_window), limit, window seconds, cost, vetoes (1/0)
--- Returns   5 integers per operation, in order:
---             allowed (1/0), remaining, reset_ms, retry_ms (-1 = never), refund token
+--           lives on one shard and the cluster client routes the call by KEYS[1].
+-- ARGV[1]   "" to read the shard's clock (TIME); a number of milliseconds only in
+--           tests, which inject time (production never sends one).
+-- ARGV      then 7 values per operation i, at 1 + 7*(i-1) + 1 ..:
+--             algorithm id (1 fixed_window, 2 sliding_window, 3 sliding_log,
+--             4 token_bucket, 5 gcra, 6 leaky_bucket), limit, window ms, burst,
+--             max delay ms (-1 = none), cost, vetoes (1/0)
+-- Returns   6 integers per operation, in order:
+--             allowed (1/0), remaining, reset ms, retry ms (-1 = never),
+--             delay us (leaky bucket), refund token
 --
 -- Why atomic: a script runs alone on its shard, so no other client's operation can
--- land between the checks and the writes. The clock is the shard's TIME, read once,
--- so all replicas of tollgate agree on windows. Every operation is decided first (in
--- order, each seeing the tentative state left by earlier ones on the same key);
--- only if no vetoing operation was denied is anything written: all or nothing.
+-- land between the checks and the writes. The clock is read once, inside, so all
+-- replicas of tollgate agree on windows. Every operation is decided first (in order,
+-- each seeing the tentative state left by earlier ones on the same key); only if no
+-- vetoing operation was denied is anything written: all or nothing.
 
-local algorithms = { [1] = fixed_window }
+local algorithms = { fixed_window, sliding_window, sliding_log, token_bucket, gcra, leaky_bucket }
+local STRIDE = 7
+local REPLY = 6
 
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_ms, now_us
+local injected = ARGV[1] ~= ''
+if injected then
+  now_ms = tonumber(ARGV[1])
+  now_us = now_ms * 1000
+else
+  local t = redis.call('TIME')
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now_ms = math.floor(now_us / 1000)
+end
 
 local n = #KEYS
-local states = {}
-local ops = {}
+local loaded, states, originals, ops, out = {}, {}, {}, {}, {}
 local vetoed = false
-local out = {}
 
 for i = 1, n do
-  local base = 5 * (i - 1)
-  local algo = algorithms[tonumber(ARGV[base + 1])]
+  local a = 1 + STRIDE * (i - 1)
+  local algo = algorithms[tonumber(ARGV[a + 1])]
   if algo == nil then
-    return redis.error_reply('tollgate: unknown algorithm id ' .. tostring(ARGV[base + 1]))
+    return redis.error_reply('tollgate: unknown algorithm id ' .. tostring(ARGV[a + 1]))
   end
   local key = KEYS[i]
-  local limit = tonumber(ARGV[base + 2])
-  local window = tonumber(ARGV[base + 3])
-  local cost = tonumber(ARGV[base + 4])
-  local state = states[key]
-  if state == nil then state = algo.load(key) end
-  local token = algo.token(state)
-  local new_state, allowed, remaining, reset_ms, retry_ms, unconsumed = algo.decide(state, now_ms, limit, window, cost)
-  states[key] = new_state
-  if allowed then token = algo.token(new_state) end
-  if not allowed and ARGV[base + 5] == '1' then vetoed = true end
-  ops[i] = { algo = algo, key = key, window = window, allowed = allowed, unconsumed = unconsumed }
-  out[5 * (i - 1) + 1] = allowed and 1 or 0
-  out[5 * (i - 1) + 2] = remaining
-  out[5 * (i - 1) + 3] = reset_ms
-  out[5 * (i - 1) + 4] = retry_ms
-  out[5 * (i - 1) + 5] = token
+  local p = {
+    limit = tonumber(ARGV[a + 2]),
+    window = tonumber(ARGV[a + 3]),
+    burst = tonumber(ARGV[a + 4]),
+    max_delay = tonumber(ARGV[a + 5]),
+  }
+  local cost = tonumber(ARGV[a + 6])
+  if not loaded[key] then
+    loaded[key] = true
+    originals[key] = algo.load(key, p, now_ms)
+    states[key] = originals[key]
+  end
+  local new, allowed, remaining, reset, retry, delay = algo.decide(states[key], p, now_ms, cost, i)
+  states[key] = new
+  if not allowed and ARGV[a + 7] == '1' then vetoed = true end
+  ops[i] = { algo = algo, key = key, p = p, allowed = allowed }
+  local r = REPLY * (i - 1)
+  out[r + 1] = allowed and 1 or 0
+  out[r + 2] = remaining
+  out[r + 3] = reset
+  out[r + 4] = retry
+  out[r + 5] = delay
+  out[r + 6] = allowed and algo.token(new) or 0
 end
 
 if vetoed then
-  -- Nothing is written; allowed operations report what remains without this request.
+  -- Nothing is written; allowed operations report the state without this request
+  -- (remaining and reset of a check-only call) and no shaping wait.
   for i = 1, n do
-    if ops[i].allowed then out[5 * (i - 1) + 2] = ops[i].unconsumed end
+    local op = ops[i]
+    if op.allowed then
+      local _, _, remaining, reset = op.algo.decide(originals[op.key], op.p, now_ms, 0, i)
+      out[REPLY * (i - 1) + 2] = remaining
+      out[REPLY * (i - 1) + 3] = reset
+      out[REPLY * (i - 1) + 5] = 0
+    end
   end
 else
-  -- The final tentative state of each key is written once, with its TTL.
+  -- Each key's final tentative state is written once, with its TTL.
   local written = {}
   for i = n, 1, -1 do
     local op = ops[i]
     if op.allowed and not written[op.key] then
       written[op.key] = true
-      op.algo.save(op.key, states[op.key], now_ms, op.window)
+      local tokens = op.algo.save(op.key, states[op.key], op.p, now_ms, injected, now_us)
+      if tokens then
+        for j, token in pairs(tokens) do out[REPLY * (j - 1) + 6] = token end
+      end
     end
   end
 end

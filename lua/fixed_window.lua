@@ -1,9 +1,7 @@
--- fixed_window.lua: the fixed-window model, mirroring src/algorithm/fixed_window.rs.
---
--- State (one Redis hash per counter): w = window start (seconds since the epoch),
--- c = hits counted in that window. Windows are aligned to the epoch, so every replica
--- and every shard agrees on the boundaries. The key names the counter, not the
--- window: a new window is detected by w and starts from zero.
+-- fixed_window.lua: mirrors src/algorithm/fixed_window.rs.
+-- State: hash {w = window start (s since the epoch), c = hits in that window}. Windows
+-- are aligned to the epoch so every replica and shard agrees on the boundaries; the
+-- key names the counter, not the window, and a new window is detected by w.
 
 local fixed_window = {}
 
@@ -12,43 +10,35 @@ function fixed_window.load(key)
   return { w = tonumber(h[1]) or -1, c = tonumber(h[2]) or 0 }
 end
 
--- Decide `cost` hits at `now_ms`. Returns the new state, and the decision:
--- allowed (bool), remaining, reset_ms, retry_ms (-1 = never), plus the state without
--- this operation (for reporting when the batch is vetoed).
-function fixed_window.decide(state, now_ms, limit, window, cost)
+function fixed_window.decide(s, p, now_ms, cost)
+  local window = math.max(math.floor(p.window / 1000), 1)
   local now = math.floor(now_ms / 1000)
   local start = now - (now % window)
-  local count = state.c
-  if state.w ~= start then count = 0 end
+  local count = s.c
+  if s.w ~= start then count = 0 end
   local reset_ms = (window - (now % window)) * 1000
   local after = count + cost
-  if after <= limit then
-    return { w = start, c = after }, true, limit - after, reset_ms, 0, limit - count
+  if after <= p.limit then
+    return { w = start, c = after }, true, p.limit - after, reset_ms, 0, 0
   end
-  local retry_ms = -1
-  if cost <= limit then retry_ms = reset_ms end
-  return { w = start, c = count }, false, 0, reset_ms, retry_ms, 0
+  local retry = -1
+  if cost <= p.limit then retry = reset_ms end
+  return { w = start, c = count }, false, 0, reset_ms, retry, 0
 end
 
--- Persist with a TTL of the window's remainder: the key disappears when its window
--- ends, so an idle counter costs nothing.
-function fixed_window.save(key, state, now_ms, window)
-  local now = math.floor(now_ms / 1000)
-  redis.call('HSET', key, 'w', state.w, 'c', state.c)
-  redis.call('EXPIRE', key, window - (now % window))
+function fixed_window.token(s) return s.w end
+
+-- TTL: the rest of the window.
+function fixed_window.save(key, s, p, now_ms, injected)
+  redis.call('HSET', key, 'w', s.w, 'c', s.c)
+  local window = math.max(math.floor(p.window / 1000), 1)
+  pexpire(key, (s.w + window) * 1000 - now_ms, injected)
 end
 
--- Refund hits consumed in window `token` (its start), unless that window is over.
-function fixed_window.refund(key, token, cost)
-  local w = tonumber(redis.call('HGET', key, 'w'))
-  if w == token then
-    local c = tonumber(redis.call('HGET', key, 'c')) or 0
-    local back = math.min(c, cost)
+function fixed_window.refund(key, p, token, cost)
+  local h = redis.call('HMGET', key, 'w', 'c')
+  if tonumber(h[1]) == token then
+    local back = math.min(tonumber(h[2]) or 0, cost)
     if back > 0 then redis.call('HINCRBY', key, 'c', -back) end
   end
-end
-
--- The refund token: what identifies the state this operation consumed from.
-function fixed_window.token(state)
-  return state.w
 end

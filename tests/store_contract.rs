@@ -1,5 +1,6 @@
 //! The store contract, one scenario list run against every store: memory, Redis
-//! standalone and Redis Cluster (real servers from `common::redis`). Each scenario
+//! standalone and Redis Cluster (real servers from `common::redis`), each scenario
+//! once per algorithm. Each scenario
 //! talks to the `Store` trait directly, so all three are held to the same semantics:
 //! ordered decisions, all-or-nothing batches, check-only, shadow (non-vetoing)
 //! operations, impossible costs, and refunds across hash slots.
@@ -12,24 +13,37 @@ use std::time::Duration;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
+use tollgate::algorithm::{Algorithm, Params};
 use tollgate::store::{CounterKey, CounterOp, Store};
 
 /// A year-long window: no scenario straddles a boundary by accident.
 const WINDOW: u64 = 365 * 86_400;
 
+thread_local! {
+    /// The algorithm the running scenario exercises (each test runs all of them).
+    static ALGORITHM: std::cell::Cell<Algorithm> = const { std::cell::Cell::new(Algorithm::FixedWindow) };
+}
+
 fn op(entries: &[(&str, &str)], limit: u64, cost: u64) -> CounterOp {
+    let algorithm = ALGORITHM.with(|a| a.get());
+    let mut entries: Vec<(String, String)> = entries.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    entries.push(("algorithm".into(), algorithm.name().into()));
     CounterOp {
         key: CounterKey {
             domain: Arc::from("contract"),
             rule: Arc::from("rule"),
-            entries: entries
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            entries,
+            algorithm,
             window_secs: WINDOW,
             hash_tag: None,
         },
-        limit,
+        params: Params {
+            algorithm,
+            limit,
+            window_ms: WINDOW * 1000,
+            burst: limit,
+            max_delay_ms: None,
+        },
         cost,
         vetoes: true,
     }
@@ -144,7 +158,8 @@ async fn impossible_costs_never_pass(store: &dyn Store) {
 }
 
 async fn shadow_ops_do_not_veto(store: &dyn Store) {
-    let mut shadow = op(&[("shadow", "s")], 0, 1);
+    let mut shadow = op(&[("shadow", "s")], 1, 1);
+    assert_eq!(decide(store, std::slice::from_ref(&shadow)).await, vec![(true, 0)]);
     shadow.vetoes = false;
     let normal = op(&[("shadow", "n")], 5, 1);
     assert_eq!(
@@ -164,7 +179,8 @@ async fn refunds_across_slots(store: &dyn Store) {
     let spread: Vec<CounterOp> = (0..12)
         .map(|i| op(&[("spread", &format!("v{i}"))], 5, 1))
         .collect();
-    let full = op(&[("spread", "full")], 0, 1);
+    let full = op(&[("spread", "full")], 1, 1);
+    assert_eq!(decide(store, std::slice::from_ref(&full)).await, vec![(true, 0)]);
     let mut batch = spread.clone();
     batch.push(full);
     let result = decide(store, &batch).await;
@@ -222,19 +238,31 @@ macro_rules! contract {
         mod memory_store {
             $(#[tokio::test]
             async fn $scenario() {
-                super::$scenario(&super::memory()).await
+                let store = super::memory();
+                for algorithm in super::Algorithm::ALL {
+                    super::ALGORITHM.with(|a| a.set(algorithm));
+                    super::$scenario(&store).await
+                }
             })*
         }
         mod redis_standalone {
             $(#[tokio::test]
             async fn $scenario() {
-                super::$scenario(&super::standalone(stringify!($scenario)).await).await
+                let store = super::standalone(stringify!($scenario)).await;
+                for algorithm in super::Algorithm::ALL {
+                    super::ALGORITHM.with(|a| a.set(algorithm));
+                    super::$scenario(&store).await
+                }
             })*
         }
         mod redis_cluster {
             $(#[tokio::test]
             async fn $scenario() {
-                super::$scenario(&super::cluster(stringify!($scenario)).await).await
+                let store = super::cluster(stringify!($scenario)).await;
+                for algorithm in super::Algorithm::ALL {
+                    super::ALGORITHM.with(|a| a.set(algorithm));
+                    super::$scenario(&store).await
+                }
             })*
         }
     };

@@ -1,10 +1,9 @@
-//! Fixed window counting, envoyproxy/ratelimit's only algorithm: windows of `window`
-//! seconds aligned to the Unix epoch (so every replica and every restart agrees on the
-//! boundaries), admit iff `count + cost <= limit`.
+//! Fixed window counting, envoyproxy/ratelimit's only algorithm: windows of W aligned
+//! to the Unix epoch (so every replica and every restart agrees on the boundaries),
+//! admit iff `count + cost <= L`. Times are whole seconds, as envoyproxy/ratelimit
+//! reports them.
 
-use std::time::Duration;
-
-use super::Decision;
+use super::{Decision, Params};
 
 /// The count within one window, identified by its start (seconds since the epoch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -13,49 +12,27 @@ pub struct State {
     pub count: u64,
 }
 
-/// Parameters of one fixed-window counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Params {
-    pub limit: u64,
-    /// Window length in seconds, at least 1.
-    pub window: u64,
+fn window_secs(params: &Params) -> u64 {
+    (params.window_ms / 1000).max(1)
 }
 
-impl Params {
-    pub fn window_start(&self, now_secs: u64) -> u64 {
-        now_secs - now_secs % self.window.max(1)
-    }
-
-    /// Whole seconds to the next boundary, as envoyproxy/ratelimit reports them
-    /// (`window - now % window`: a full window exactly on a boundary).
-    pub fn reset_after(&self, now_secs: u64) -> Duration {
-        let window = self.window.max(1);
-        Duration::from_secs(window - now_secs % window)
-    }
-}
-
-/// Decides one operation of `cost` hits at `now_secs`. A denied operation leaves the
-/// state as it was; `cost == 0` only checks.
-pub fn decide(state: Option<State>, params: Params, now_secs: u64, cost: u64) -> (State, Decision) {
-    let start = params.window_start(now_secs);
+pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+    let window = window_secs(params);
+    let now = now_ms / 1000;
+    let start = now - now % window;
     let count = match state {
         Some(s) if s.window_start == start => s.count,
         _ => 0,
     };
-    let reset_after = params.reset_after(now_secs);
+    // envoyproxy/ratelimit's `window - now % window`: a full window on a boundary.
+    let reset_ms = (window - now % window) * 1000;
     let after = count.saturating_add(cost);
     if after <= params.limit {
         let state = State {
             window_start: start,
             count: after,
         };
-        let decision = Decision {
-            allowed: true,
-            remaining: params.limit - after,
-            reset_after,
-            retry_after: None,
-        };
-        (state, decision)
+        (state, Decision::allow(params.limit - after, reset_ms))
     } else {
         let state = State {
             window_start: start,
@@ -63,37 +40,43 @@ pub fn decide(state: Option<State>, params: Params, now_secs: u64, cost: u64) ->
         };
         // A cost above the limit fails in every window; otherwise the next window
         // starts empty and admits it.
-        let retry_after = (cost <= params.limit).then_some(reset_after);
-        let decision = Decision {
-            allowed: false,
-            remaining: 0,
-            reset_after,
-            retry_after,
-        };
-        (state, decision)
+        let retry = (cost <= params.limit).then_some(reset_ms);
+        (state, Decision::deny(reset_ms, retry))
     }
+}
+
+pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
+    (state.window_start + window_secs(params)) * 1000
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Algorithm;
     use proptest::prelude::*;
+    use std::time::Duration;
 
-    const P: Params = Params {
-        limit: 3,
-        window: 60,
-    };
+    fn params(limit: u64, window_secs: u64) -> Params {
+        Params {
+            algorithm: Algorithm::FixedWindow,
+            limit,
+            window_ms: window_secs * 1000,
+            burst: limit,
+            max_delay_ms: None,
+        }
+    }
 
     #[test]
     fn admits_up_to_the_limit_then_denies_without_consuming() {
+        let p = params(3, 60);
         let mut state = None;
         for expected in [2, 1, 0] {
-            let (s, d) = decide(state, P, 120, 1);
+            let (s, d) = decide(state, &p, 120_000, 1);
             assert!(d.allowed);
             assert_eq!(d.remaining, expected);
             state = Some(s);
         }
-        let (s, d) = decide(state, P, 130, 1);
+        let (s, d) = decide(state, &p, 130_000, 1);
         assert!(!d.allowed);
         assert_eq!(d.remaining, 0);
         assert_eq!(s.count, 3);
@@ -102,25 +85,27 @@ mod tests {
 
     #[test]
     fn windows_align_to_the_epoch_and_reset() {
-        let (s, d) = decide(None, P, 179, 3);
+        let p = params(3, 60);
+        let (s, d) = decide(None, &p, 179_999, 3);
         assert_eq!(s.window_start, 120);
         assert_eq!(d.reset_after, Duration::from_secs(1));
-        let (_, d) = decide(Some(s), P, 180, 1);
+        let (_, d) = decide(Some(s), &p, 180_000, 1);
         assert!(d.allowed, "a new window starts empty");
         assert_eq!(d.reset_after, Duration::from_secs(60));
     }
 
     #[test]
     fn check_only_and_impossible_costs() {
-        let (s, d) = decide(None, P, 0, 3);
+        let p = params(3, 60);
+        let (s, d) = decide(None, &p, 0, 3);
         assert!(d.allowed);
-        let (_, d) = decide(Some(s), P, 0, 0);
+        let (_, d) = decide(Some(s), &p, 0, 0);
         assert!(d.allowed, "a full counter still passes a check-only call");
         assert_eq!(d.remaining, 0);
-        let (_, d) = decide(None, P, 0, 4);
+        let (_, d) = decide(None, &p, 0, 4);
         assert!(!d.allowed);
         assert_eq!(d.retry_after, None, "a cost above the limit can never pass");
-        let (_, d) = decide(None, P, 0, u64::MAX);
+        let (_, d) = decide(None, &p, 0, u64::MAX);
         assert!(!d.allowed, "huge costs saturate instead of wrapping");
     }
 
@@ -128,18 +113,18 @@ mod tests {
         #[test]
         fn never_admits_more_than_the_limit_in_a_window(
             limit in 0u64..20,
-            ops in proptest::collection::vec((0u64..5, 0u64..30), 1..200),
+            ops in proptest::collection::vec((0u64..5, 0u64..3000), 1..200),
         ) {
-            let params = Params { limit, window: 10 };
-            let mut now = 1_000u64;
+            let p = params(limit, 10);
+            let mut now = 1_000_000u64;
             let mut state = None;
             let mut admitted: std::collections::HashMap<u64, u64> = Default::default();
             for (cost, step) in ops {
-                now += step / 10;
-                let (s, d) = decide(state, params, now, cost);
+                now += step;
+                let (s, d) = decide(state, &p, now, cost);
                 state = Some(s);
                 if d.allowed {
-                    *admitted.entry(params.window_start(now)).or_default() += cost;
+                    *admitted.entry(s.window_start).or_default() += cost;
                     prop_assert_eq!(d.remaining, limit - s.count);
                 }
                 prop_assert!(d.reset_after.as_secs() >= 1 && d.reset_after.as_secs() <= 10);

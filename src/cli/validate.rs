@@ -21,17 +21,13 @@ pub fn run(path: &Path) -> ExitCode {
                 for rule in &domain.rules {
                     let limit = match &rule.kind {
                         RuleKind::Unlimited => "unlimited".to_owned(),
-                        RuleKind::Limited(l) => {
-                            format!("{}/{}", l.requests_per_unit, l.unit.name())
+                        RuleKind::Limited(limits) => {
+                            let all: Vec<String> = limits.iter().map(ToString::to_string).collect();
+                            all.join(" + ")
                         }
                     };
-                    let name = rule
-                        .name
-                        .as_deref()
-                        .map(|n| format!(" name={n}"))
-                        .unwrap_or_default();
                     let shadow = if rule.shadow_mode { " shadow_mode" } else { "" };
-                    println!("    {}: {limit}{name}{shadow}", rule.path);
+                    println!("    {}: {limit}{shadow}", rule.path);
                 }
             }
             ExitCode::SUCCESS

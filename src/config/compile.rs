@@ -9,8 +9,9 @@ use serde_saphyr::Spanned;
 
 use super::error::ConfigError;
 use super::glob::Glob;
-use super::rule::{Limit, Rule, RuleKind, Unit};
-use super::schema::{DescriptorYaml, DomainYaml, RateLimitYaml};
+use super::limit;
+use super::rule::{Rule, RuleKind};
+use super::schema::{DescriptorYaml, DomainYaml};
 use super::tree::{Branch, Domain, Level, Node};
 
 /// Compiles one file's contents. Errors are appended to `errors`; a domain comes back
@@ -92,7 +93,7 @@ impl Compiler<'_> {
         let mut level = Level::default();
         for spanned in descriptors {
             let line = spanned.referenced.line();
-            let d = spanned.value;
+            let mut d = spanned.value;
             let key = d.key.as_ref().map(|k| k.value.clone()).unwrap_or_default();
             let key_line = d.key.as_ref().map_or(line, |k| k.referenced.line());
             if key.is_empty() {
@@ -134,14 +135,12 @@ impl Compiler<'_> {
                     ),
                 );
             }
-            let rule = d.rate_limit.and_then(|rl| {
-                let flags = RuleFlags {
-                    shadow_mode: d.shadow_mode.unwrap_or(false),
-                    detailed_metric: d.detailed_metric.unwrap_or(false),
-                    hash_tag: hash_tag.clone(),
-                };
-                self.rule(&path, flags, rl)
-            });
+            let flags = RuleFlags {
+                shadow_mode: d.shadow_mode.unwrap_or(false),
+                detailed_metric: d.detailed_metric.unwrap_or(false),
+                hash_tag: hash_tag.clone(),
+            };
+            let rule = self.rule(&path, flags, &mut d, line);
             let child_scope = Scope {
                 composite: format!("{}{final_key}.", scope.composite),
                 path,
@@ -207,88 +206,73 @@ impl Compiler<'_> {
         )
     }
 
-    fn rule(
-        &mut self,
-        path: &str,
-        flags: RuleFlags,
-        spanned: Spanned<RateLimitYaml>,
-    ) -> Option<Rule> {
-        let line = spanned.referenced.line();
-        let rl = spanned.value;
+    /// A descriptor's `rate_limit` or `rate_limits` as one rule.
+    fn rule(&mut self, path: &str, flags: RuleFlags, d: &mut DescriptorYaml, line: u64) -> Option<Rule> {
         let what = format!("descriptor '{path}'");
-        let name = rl
-            .name
-            .as_ref()
-            .map(|n| n.value.clone())
-            .filter(|n| !n.is_empty());
-        let mut ok = true;
-
-        let kind = if rl.unlimited.unwrap_or(false) {
-            if let Some(unit) = &rl.unit {
+        let mut mappings = Vec::new();
+        match (d.rate_limit.take(), d.rate_limits.take()) {
+            (None, None) => return None,
+            (Some(_), Some(list)) => {
                 self.error(
-                    unit.referenced.line(),
-                    format!(
-                        "{what}: rate_limit.unit: should not specify rate limit unit when unlimited"
-                    ),
+                    list.referenced.line(),
+                    format!("{what}: use either rate_limit or rate_limits, not both"),
+                );
+                return None;
+            }
+            (Some(one), None) => mappings.push(("rate_limit".to_owned(), one)),
+            (None, Some(list)) => {
+                if list.value.is_empty() {
+                    self.error(list.referenced.line(), format!("{what}: rate_limits: must not be empty"));
+                    return None;
+                }
+                for (i, one) in list.value.into_iter().enumerate() {
+                    mappings.push((format!("rate_limits[{i}]"), one));
+                }
+            }
+        }
+        let several = mappings.len() > 1;
+        let (file, source) = (self.file, self.source);
+        let mut errors = Vec::new();
+        let mut parsed = Vec::new();
+        for (field, mapping) in mappings {
+            let mut report = |line: u64, message: String| errors.push(ConfigError::new(file, Some(line), message));
+            parsed.extend(limit::parse(source, &what, &field, mapping, &mut report));
+        }
+        let failed = !errors.is_empty();
+        self.errors.append(&mut errors);
+
+        let mut limits = Vec::new();
+        let mut unlimited = false;
+        let mut replaces: Vec<(Arc<str>, u64)> = Vec::new();
+        for p in parsed {
+            match p.limit {
+                Some(limit) => limits.push(limit),
+                None => unlimited = true,
+            }
+            replaces.extend(p.replaces);
+        }
+        if unlimited && several {
+            self.error(line, format!("{what}: rate_limits: an unlimited entry makes the others meaningless"));
+            return None;
+        }
+        let name: Option<Arc<str>> = limits.iter().find_map(|l| l.name.clone());
+        let own: Vec<Arc<str>> = limits.iter().filter_map(|l| l.name.clone()).collect();
+        let mut ok = !failed;
+        for (replaced, r_line) in &replaces {
+            if own.contains(replaced) {
+                self.error(
+                    *r_line,
+                    format!("{what}: replaces: replaces should not contain name of same descriptor ('{replaced}')"),
                 );
                 ok = false;
             }
-            RuleKind::Unlimited
-        } else {
-            let (unit_text, unit_line) = match &rl.unit {
-                Some(u) => (u.value.as_str(), u.referenced.line()),
-                // A block mapping's span starts at its first key; the mistake is the
-                // `rate_limit:` line that opens it.
-                None => ("", key_line(self.source, line, "rate_limit")),
-            };
-            let Some(unit) = Unit::parse(unit_text) else {
-                let expected: Vec<&str> = Unit::ALL.iter().map(|(_, n)| *n).collect();
-                self.error(
-                    unit_line,
-                    format!(
-                        "{what}: rate_limit.unit: invalid rate limit unit '{unit_text}' (expected one of {})",
-                        expected.join(", ")
-                    ),
-                );
-                return None;
-            };
-            RuleKind::Limited(Limit {
-                requests_per_unit: rl.requests_per_unit.as_ref().map_or(0, |r| r.value),
-                unit,
-            })
-        };
-
-        let mut replaces = Vec::new();
-        for r in rl.replaces.unwrap_or_default() {
-            let r_line = r.referenced.line();
-            match r.value.name.filter(|n| !n.is_empty()) {
-                None => {
-                    self.error(
-                        r_line,
-                        format!(
-                            "{what}: rate_limit.replaces: should not have an empty replaces entry"
-                        ),
-                    );
-                    ok = false;
-                }
-                Some(replaced) if Some(&replaced) == name.as_ref() => {
-                    self.error(
-                        r_line,
-                        format!(
-                            "{what}: rate_limit.replaces: replaces should not contain name of same descriptor ('{replaced}')"
-                        ),
-                    );
-                    ok = false;
-                }
-                Some(replaced) => replaces.push(Arc::from(replaced)),
-            }
         }
-
+        let kind = if unlimited { RuleKind::Unlimited } else { RuleKind::Limited(limits) };
         let rule = Rule {
             path: path.into(),
-            name: name.map(Arc::from),
+            name,
             kind,
-            replaces,
+            replaces: replaces.into_iter().map(|(r, _)| r).collect(),
             shadow_mode: flags.shadow_mode,
             detailed_metric: flags.detailed_metric,
             hash_tag: flags.hash_tag,

@@ -5,6 +5,7 @@
 pub mod compile;
 pub mod error;
 pub mod glob;
+pub mod limit;
 pub mod load;
 pub mod rule;
 pub mod schema;

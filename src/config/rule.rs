@@ -2,6 +2,9 @@
 //! limiter turns into counter operations.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use crate::algorithm::{Algorithm, Params};
 
 use crate::proto::rate_limit_response::rate_limit::Unit as ProtoUnit;
 
@@ -87,11 +90,51 @@ impl Unit {
     }
 }
 
-/// A finite limit: at most `requests_per_unit` hits per `unit`.
+/// A finite limit: at most `requests_per_unit` hits per `unit` x `unit_multiplier`,
+/// counted by `algorithm`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limit {
     pub requests_per_unit: u32,
     pub unit: Unit,
+    /// tollgate extension: the window is `unit` x this (5 minutes, 2 hours).
+    pub unit_multiplier: u32,
+    pub algorithm: Algorithm,
+    /// Bucket capacity, GCRA burst or leaky-bucket queue length; `None`: the limit.
+    pub burst: Option<u32>,
+    /// Leaky bucket: the longest an admitted request may be held for its turn.
+    pub max_delay: Option<Duration>,
+    /// Reported in `current_limit.name`; what `replaces` refers to.
+    pub name: Option<Arc<str>>,
+}
+
+impl Limit {
+    /// envoyproxy/ratelimit's kind of limit: a fixed window of one unit.
+    pub fn fixed(requests_per_unit: u32, unit: Unit) -> Self {
+        Limit {
+            requests_per_unit,
+            unit,
+            unit_multiplier: 1,
+            algorithm: Algorithm::FixedWindow,
+            burst: None,
+            max_delay: None,
+            name: None,
+        }
+    }
+
+    pub fn window_secs(&self) -> u64 {
+        self.unit.seconds().saturating_mul(u64::from(self.unit_multiplier.max(1)))
+    }
+
+    /// The arithmetic the algorithms and scripts need.
+    pub fn params(&self) -> Params {
+        Params {
+            algorithm: self.algorithm,
+            limit: u64::from(self.requests_per_unit),
+            window_ms: self.window_secs().saturating_mul(1000),
+            burst: u64::from(self.burst.unwrap_or(self.requests_per_unit)),
+            max_delay_ms: self.max_delay.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
 }
 
 /// What a matched node says about requests.
@@ -99,7 +142,8 @@ pub struct Limit {
 pub enum RuleKind {
     /// Always OK; reported with remaining `u32::MAX` and no `current_limit`.
     Unlimited,
-    Limited(Limit),
+    /// One limit (`rate_limit`) or several (`rate_limits`), never empty: all must pass.
+    Limited(Vec<Limit>),
 }
 
 /// A compiled `rate_limit` at one node of a domain's descriptor tree.
@@ -107,7 +151,7 @@ pub enum RuleKind {
 pub struct Rule {
     /// The node's path in the config (`key_value.key2`), for logs and metrics.
     pub path: Arc<str>,
-    /// The limit's `name`, reported in `current_limit.name` and used by `replaces`.
+    /// The first limit's `name`, for logs and summaries.
     pub name: Option<Arc<str>>,
     pub kind: RuleKind,
     /// Names of limits this one supersedes when both apply to one request.
@@ -120,4 +164,39 @@ pub struct Rule {
     /// hash tag of this rule's counters (nearest `hash_tag` up the tree, else the
     /// domain's); `None` tags with every entry.
     pub hash_tag: Option<Arc<[Arc<str>]>>,
+}
+
+impl Rule {
+    /// Every name this rule answers to in `replaces`.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        let limits = match &self.kind {
+            RuleKind::Limited(limits) => limits.as_slice(),
+            RuleKind::Unlimited => &[],
+        };
+        self.name.as_deref().into_iter().chain(limits.iter().filter_map(|l| l.name.as_deref()))
+    }
+}
+
+impl std::fmt::Display for Limit {
+    /// `10/minute`, `100/5 minute sliding_window`, `5/second token_bucket burst=20`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/", self.requests_per_unit)?;
+        if self.unit_multiplier > 1 {
+            write!(f, "{} ", self.unit_multiplier)?;
+        }
+        write!(f, "{}", self.unit.name())?;
+        if self.algorithm != Algorithm::FixedWindow {
+            write!(f, " {}", self.algorithm.name())?;
+        }
+        if let Some(burst) = self.burst {
+            write!(f, " burst={burst}")?;
+        }
+        if let Some(delay) = self.max_delay {
+            write!(f, " max_delay={delay:?}")?;
+        }
+        if let Some(name) = &self.name {
+            write!(f, " name={name}")?;
+        }
+        Ok(())
+    }
 }

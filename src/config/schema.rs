@@ -25,6 +25,8 @@ pub struct DescriptorYaml {
     pub key: Option<Spanned<String>>,
     pub value: Option<Spanned<String>>,
     pub rate_limit: Option<Spanned<RateLimitYaml>>,
+    /// tollgate extension: several limits on one descriptor, all of which must pass.
+    pub rate_limits: Option<Spanned<Vec<Spanned<RateLimitYaml>>>>,
     pub descriptors: Option<Vec<Spanned<DescriptorYaml>>>,
     pub shadow_mode: Option<bool>,
     pub detailed_metric: Option<bool>,
@@ -43,6 +45,19 @@ pub struct RateLimitYaml {
     pub unlimited: Option<bool>,
     pub name: Option<Spanned<String>>,
     pub replaces: Option<Vec<Spanned<ReplacesYaml>>>,
+    /// tollgate extensions: how to count, the window multiplier, the burst.
+    pub algorithm: Option<Spanned<String>>,
+    pub unit_multiplier: Option<Spanned<u32>>,
+    pub burst: Option<Spanned<u32>>,
+    pub leaky_bucket: Option<Spanned<LeakyBucketYaml>>,
+}
+
+/// Options of the leaky-bucket shaper.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeakyBucketYaml {
+    /// A duration such as `250ms`, `2s` or `1m`.
+    pub max_delay: Option<Spanned<String>>,
 }
 
 /// One entry of `replaces`: the name of a limit this one supersedes.

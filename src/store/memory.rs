@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::{CounterKey, CounterOp, Store, StoreFuture};
-use crate::algorithm::{Decision, fixed_window};
+use crate::algorithm::{self, Decision, State};
 use crate::clock::{Clock, SystemClock};
 
 /// Counters in a map behind one lock: a request's whole batch is decided under it,
@@ -17,14 +17,15 @@ pub struct MemoryStore {
 
 #[derive(Default)]
 struct Inner {
-    counters: HashMap<CounterKey, fixed_window::State>,
-    /// Next time (seconds) to drop counters whose window has ended, so memory stays
-    /// bounded by the keys active in their current window.
+    /// Each counter with the instant (ms) after which it equals no state at all.
+    counters: HashMap<CounterKey, (State, u64)>,
+    /// Next time (ms) to drop expired counters, so memory stays bounded by the keys
+    /// that still matter.
     next_sweep: u64,
 }
 
-/// How often expired counters are swept, in seconds.
-const SWEEP_INTERVAL_SECS: u64 = 10;
+/// How often expired counters are swept, in milliseconds.
+const SWEEP_INTERVAL_MS: u64 = 10_000;
 
 impl MemoryStore {
     pub fn new() -> Self {
@@ -55,21 +56,20 @@ impl MemoryStore {
 
     /// Decides a batch synchronously; see [`Store`] for the contract.
     pub fn decide_now(&self, ops: &[CounterOp]) -> Vec<Decision> {
-        let now_secs = self.clock.now_millis() / 1000;
+        let now = self.clock.now_millis();
         let mut inner = self.lock();
-        inner.sweep(now_secs);
+        inner.sweep(now);
 
         // Tentative states, one per op, so later ops on the same counter see earlier ones.
-        let mut tentative: Vec<fixed_window::State> = Vec::with_capacity(ops.len());
+        let mut tentative: Vec<State> = Vec::with_capacity(ops.len());
         let mut decisions = Vec::with_capacity(ops.len());
         let mut vetoed = false;
         for (i, op) in ops.iter().enumerate() {
-            let prior = ops[..i]
-                .iter()
-                .rposition(|earlier| earlier.key == op.key)
-                .map(|j| tentative[j])
-                .or_else(|| inner.counters.get(&op.key).copied());
-            let (state, decision) = fixed_window::decide(prior, params(op), now_secs, op.cost);
+            let prior = match ops[..i].iter().rposition(|earlier| earlier.key == op.key) {
+                Some(j) => Some(&tentative[j]),
+                None => inner.current(&op.key, now),
+            };
+            let (state, decision) = algorithm::decide(prior, &op.params, now, op.cost);
             vetoed |= op.vetoes && !decision.allowed;
             tentative.push(state);
             decisions.push(decision);
@@ -77,37 +77,50 @@ impl MemoryStore {
 
         if vetoed {
             // Nothing is consumed: report what the allowed counters hold without us.
+            // Same convention as lua/batch.lua: remaining and reset of a check-only call
+            // on the untouched state, and no shaping wait for what was not consumed.
             for (op, decision) in ops.iter().zip(decisions.iter_mut()) {
                 if decision.allowed {
-                    let current = inner.counters.get(&op.key).copied();
-                    *decision = fixed_window::decide(current, params(op), now_secs, 0).1;
+                    let check = algorithm::decide(inner.current(&op.key, now), &op.params, now, 0).1;
+                    decision.remaining = check.remaining;
+                    decision.reset_after = check.reset_after;
+                    decision.delay = std::time::Duration::ZERO;
                 }
             }
         } else {
-            // The last tentative state of each counter is its final state.
-            for (op, state) in ops.iter().zip(tentative) {
-                inner.counters.insert(op.key.clone(), state);
+            // Each counter that admitted something is written once, with the state
+            // its last operation left (as lua/batch.lua does: a counter whose
+            // operations were all denied keeps its stored state untouched).
+            let mut written: Vec<&CounterKey> = Vec::new();
+            for (i, op) in ops.iter().enumerate().rev() {
+                if !decisions[i].allowed || written.contains(&&op.key) {
+                    continue;
+                }
+                written.push(&op.key);
+                let last = ops.iter().rposition(|o| o.key == op.key).unwrap_or(i);
+                let state = tentative[last].clone();
+                let expires = algorithm::expires_at_ms(&state, &op.params, now);
+                inner.counters.insert(op.key.clone(), (state, expires));
             }
         }
         decisions
     }
 }
 
-fn params(op: &CounterOp) -> fixed_window::Params {
-    fixed_window::Params {
-        limit: op.limit,
-        window: op.key.window_secs,
-    }
-}
-
 impl Inner {
-    fn sweep(&mut self, now_secs: u64) {
-        if now_secs < self.next_sweep {
+    fn current(&self, key: &CounterKey, now: u64) -> Option<&State> {
+        self.counters
+            .get(key)
+            .filter(|(_, expires)| *expires > now)
+            .map(|(state, _)| state)
+    }
+
+    fn sweep(&mut self, now: u64) {
+        if now < self.next_sweep {
             return;
         }
-        self.counters
-            .retain(|key, state| state.window_start + key.window_secs > now_secs);
-        self.next_sweep = now_secs + SWEEP_INTERVAL_SECS;
+        self.counters.retain(|_, (_, expires)| *expires > now);
+        self.next_sweep = now + SWEEP_INTERVAL_MS;
     }
 }
 

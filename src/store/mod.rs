@@ -9,16 +9,17 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::algorithm::Decision;
+use crate::algorithm::{Algorithm, Decision, Params};
 
 /// Names one counter: the domain, the rule (its config path), the request's descriptor
-/// entries that reached it, and the window length. Two requests share a counter iff
-/// these are equal.
+/// entries that reached it, the algorithm and the window length. Two requests share a
+/// counter iff these are equal.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CounterKey {
     pub domain: Arc<str>,
     pub rule: Arc<str>,
     pub entries: Vec<(String, String)>,
+    pub algorithm: Algorithm,
     pub window_secs: u64,
     /// `hash_tag`: the entry keys that form the Redis Cluster hash tag (`None`: all).
     /// It decides where the counter lives, never which requests share it.
@@ -29,7 +30,8 @@ pub struct CounterKey {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CounterOp {
     pub key: CounterKey,
-    pub limit: u64,
+    /// The arithmetic of the limit (its algorithm and window match the key's).
+    pub params: Params,
     /// Hits this request adds; 0 only checks.
     pub cost: u64,
     /// Whether a denial of this operation denies the request, so nothing in the batch

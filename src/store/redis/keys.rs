@@ -13,6 +13,7 @@
 
 use std::fmt::Write;
 
+use crate::algorithm::Algorithm;
 use crate::store::CounterKey;
 
 /// Appends `text` with every special byte written as `%XX`.
@@ -65,8 +66,21 @@ pub fn encode(prefix: &str, counter: &CounterKey) -> String {
         key.push('=');
         escape_into(&mut key, v);
     }
-    let _ = write!(key, ":{}", counter.window_secs);
+    let _ = write!(key, ":{}:{}", short_name(counter.algorithm), counter.window_secs);
     key
+}
+
+/// Keeps keys short; distinct per algorithm so a rule that changes algorithm starts
+/// from a fresh counter instead of misreading the old state.
+fn short_name(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::FixedWindow => "fw",
+        Algorithm::SlidingWindow => "sw",
+        Algorithm::SlidingLog => "sl",
+        Algorithm::TokenBucket => "tb",
+        Algorithm::Gcra => "gcra",
+        Algorithm::LeakyBucket => "lb",
+    }
 }
 
 /// The hash tag of an encoded key: what Redis hashes to pick the slot.
@@ -97,6 +111,7 @@ mod tests {
             domain: Arc::from("dom"),
             rule: Arc::from("tenant_id.user"),
             entries,
+            algorithm: Algorithm::FixedWindow,
             window_secs: 60,
             hash_tag: hash_tag.map(|keys| keys.into_iter().map(Arc::from).collect()),
         }
@@ -114,7 +129,7 @@ mod tests {
         );
         assert_eq!(
             key,
-            "rl:{dom|tenant_id=acme|user=u1}:tenant_id.user:tenant_id=acme|user=u1:60"
+            "rl:{dom|tenant_id=acme|user=u1}:tenant_id.user:tenant_id=acme|user=u1:fw:60"
         );
     }
 

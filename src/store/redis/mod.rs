@@ -72,7 +72,7 @@ impl RedisStore {
         keys: &[String],
         ops: &[&CounterOp],
     ) -> Result<Vec<Reply>, StoreError> {
-        let invocation = scripts::batch_invocation(keys, ops);
+        let invocation = scripts::batch_invocation(keys, ops, None);
         let values: Vec<i64> = self
             .invoke(&invocation)
             .await
@@ -85,7 +85,11 @@ impl RedisStore {
             .iter()
             .map(|op| keys::encode(&self.prefix, &op.key))
             .collect();
-        let groups = group_by_slot(&keys);
+        // A standalone server has no slots to respect: one script decides everything.
+        let groups = match self.connection {
+            Connection::Standalone(_) => vec![(0..keys.len()).collect()],
+            Connection::Cluster(_) => group_by_slot(&keys),
+        };
         let results = join_all(groups.iter().map(|indices| {
             let group_keys: Vec<String> = indices.iter().map(|&i| keys[i].clone()).collect();
             let group_ops: Vec<&CounterOp> = indices.iter().map(|&i| &ops[i]).collect();
@@ -125,8 +129,8 @@ impl RedisStore {
                 .filter(|&&i| ops[i].cost > 0 && replies[i].is_some_and(|r| r.decision.allowed))
                 .map(|&i| Refund {
                     key: keys[i].clone(),
+                    op: &ops[i],
                     token: replies[i].map_or(0, |r| r.token),
-                    cost: ops[i].cost,
                 })
                 .collect();
             self.refund(refunds).await;
@@ -136,7 +140,7 @@ impl RedisStore {
                         .decision
                         .remaining
                         .saturating_add(ops[i].cost)
-                        .min(ops[i].limit);
+                        .min(ops[i].params.limit.max(ops[i].params.burst));
                 }
             }
         }
@@ -151,13 +155,16 @@ impl RedisStore {
 
     /// Best effort: a refund that fails leaves a counter briefly high (under-admission),
     /// which is the safe direction; it is logged, not returned.
-    async fn refund(&self, refunds: Vec<Refund>) {
+    async fn refund(&self, refunds: Vec<Refund<'_>>) {
         if refunds.is_empty() {
             return;
         }
-        let mut by_slot: Vec<(Slot, Vec<Refund>)> = Vec::new();
+        let mut by_slot: Vec<(Slot, Vec<Refund<'_>>)> = Vec::new();
         for refund in refunds {
-            let slot = Slot::for_key(refund.key.as_bytes());
+            let slot = match self.connection {
+                Connection::Standalone(_) => Slot::for_key(b"standalone"),
+                Connection::Cluster(_) => Slot::for_key(refund.key.as_bytes()),
+            };
             match by_slot.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, group)) => group.push(refund),
                 None => by_slot.push((slot, vec![refund])),

@@ -1,6 +1,7 @@
 //! The Lua scripts (from `lua/`, compiled in with `include_str!`) and the packing of
-//! their arguments and replies. A script body is the algorithm modules followed by the
-//! entry point, so one invocation can decide any mix of algorithms atomically.
+//! their arguments and replies. A script body is the shared helpers and every
+//! algorithm module followed by the entry point, so one invocation can decide any mix
+//! of algorithms atomically.
 //!
 //! Invocation goes through `redis::Script`, which sends EVALSHA and falls back to
 //! loading the script on NOSCRIPT (script caches vanish on restart and failover), so
@@ -14,63 +15,71 @@ use redis::{Script, ScriptInvocation};
 use crate::algorithm::Decision;
 use crate::store::CounterOp;
 
-const ALGORITHMS: &str = include_str!("../../../lua/fixed_window.lua");
+const MODULES: [&str; 7] = [
+    include_str!("../../../lua/common.lua"),
+    include_str!("../../../lua/fixed_window.lua"),
+    include_str!("../../../lua/sliding_window.lua"),
+    include_str!("../../../lua/sliding_log.lua"),
+    include_str!("../../../lua/token_bucket.lua"),
+    include_str!("../../../lua/gcra.lua"),
+    include_str!("../../../lua/leaky_bucket.lua"),
+];
 
-pub static BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{ALGORITHMS}\n{}",
-        include_str!("../../../lua/batch.lua")
-    ))
-});
-pub static REFUND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{ALGORITHMS}\n{}",
-        include_str!("../../../lua/refund.lua")
-    ))
-});
-
-/// Values per operation in the batch script's reply.
-const REPLY_STRIDE: usize = 5;
-
-/// The id batch.lua dispatches on. Only fixed windows exist so far.
-const FIXED_WINDOW: u8 = 1;
-
-/// Lua numbers are doubles: costs above the limit are all equally impossible, so they
-/// are clamped to `limit + 1` to stay exact.
-fn wire_cost(op: &CounterOp) -> u64 {
-    op.cost.min(op.limit.saturating_add(1))
+fn with_modules(entry: &str) -> Script {
+    Script::new(&format!("{}\n{entry}", MODULES.join("\n")))
 }
 
-/// One batch invocation for the operations of one slot group.
-pub fn batch_invocation<'a>(keys: &[String], ops: &[&CounterOp]) -> ScriptInvocation<'a> {
+pub static BATCH: LazyLock<Script> = LazyLock::new(|| with_modules(include_str!("../../../lua/batch.lua")));
+pub static REFUND: LazyLock<Script> = LazyLock::new(|| with_modules(include_str!("../../../lua/refund.lua")));
+
+/// Values per operation in the batch script's reply.
+const REPLY_STRIDE: usize = 6;
+
+/// Lua numbers are doubles: costs above the burst or limit are all equally
+/// impossible, so they are clamped to stay exact.
+fn wire_cost(op: &CounterOp) -> u64 {
+    op.cost.min(op.params.limit.max(op.params.burst).saturating_add(1))
+}
+
+/// One batch invocation for the operations of one slot group. `now_ms` is for tests
+/// only: production passes `None` and the script reads the shard's clock.
+pub fn batch_invocation<'a>(keys: &[String], ops: &[&CounterOp], now_ms: Option<u64>) -> ScriptInvocation<'a> {
     let mut invocation = BATCH.prepare_invoke();
+    invocation.arg(now_ms.map_or_else(String::new, |ms| ms.to_string()));
     for (key, op) in keys.iter().zip(ops) {
+        let p = &op.params;
         invocation
             .key(key.as_str())
-            .arg(FIXED_WINDOW)
-            .arg(op.limit)
-            .arg(op.key.window_secs.max(1))
+            .arg(p.algorithm.id())
+            .arg(p.limit)
+            .arg(p.window_ms.max(1000))
+            .arg(p.burst)
+            .arg(p.max_delay_ms.map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)))
             .arg(wire_cost(op))
             .arg(u8::from(op.vetoes));
     }
     invocation
 }
 
-/// A consumed operation to give back: key, refund token, cost.
-pub struct Refund {
+/// A consumed operation to give back.
+pub struct Refund<'a> {
     pub key: String,
+    pub op: &'a CounterOp,
     pub token: i64,
-    pub cost: u64,
 }
 
-pub fn refund_invocation<'a>(refunds: &[Refund]) -> ScriptInvocation<'a> {
+pub fn refund_invocation<'a>(refunds: &[Refund<'_>]) -> ScriptInvocation<'a> {
     let mut invocation = REFUND.prepare_invoke();
     for refund in refunds {
+        let p = &refund.op.params;
         invocation
             .key(refund.key.as_str())
-            .arg(FIXED_WINDOW)
+            .arg(p.algorithm.id())
+            .arg(p.limit)
+            .arg(p.window_ms.max(1000))
+            .arg(p.burst)
             .arg(refund.token)
-            .arg(refund.cost);
+            .arg(wire_cost(refund.op));
     }
     invocation
 }
@@ -101,10 +110,10 @@ pub fn parse_batch_reply(values: &[i64], n: usize) -> Result<Vec<Reply>, String>
                     allowed,
                     remaining: non_negative(chunk[1]),
                     reset_after: Duration::from_millis(non_negative(chunk[2])),
-                    retry_after: (!allowed && chunk[3] >= 0)
-                        .then(|| Duration::from_millis(non_negative(chunk[3]))),
+                    retry_after: (!allowed && chunk[3] >= 0).then(|| Duration::from_millis(non_negative(chunk[3]))),
+                    delay: Duration::from_micros(non_negative(chunk[4])),
                 },
-                token: chunk[4],
+                token: chunk[5],
             }
         })
         .collect())

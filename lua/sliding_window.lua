@@ -1,0 +1,62 @@
+-- sliding_window.lua: mirrors src/algorithm/sliding_window.rs.
+-- State: hash {s = current window start (ms), p = previous window's hits, c = this
+-- window's}. estimate = p x (W - elapsed) / W + c; admit iff estimate + cost <= L.
+
+local sliding_window = {}
+
+function sliding_window.load(key)
+  local h = redis.call('HMGET', key, 's', 'p', 'c')
+  return { start = tonumber(h[1]) or -1, prev = tonumber(h[2]) or 0, curr = tonumber(h[3]) or 0 }
+end
+
+function sliding_window.decide(s, p, now_ms, cost)
+  local window = p.window
+  local start = now_ms - (now_ms % window)
+  local prev, curr = 0, 0
+  if s.start == start then
+    prev, curr = s.prev, s.curr
+  elseif s.start + window == start then
+    prev, curr = s.curr, 0
+  end
+  local elapsed = now_ms - start
+  local weight = (window - elapsed) / window
+  local estimate = prev * weight + curr
+  local reset_ms = window - elapsed
+  if cost <= p.limit and estimate + cost <= p.limit then
+    return { start = start, prev = prev, curr = curr + cost }, true,
+      floor_u(p.limit - (estimate + cost)), reset_ms, 0, 0
+  end
+  local st = { start = start, prev = prev, curr = curr }
+  if cost > p.limit then return st, false, 0, reset_ms, -1, 0 end
+  local need = p.limit - cost
+  local retry
+  if curr <= need and prev > 0 then
+    local at = window * (1 - (need - curr) / prev)
+    retry = ceil_ms(at - elapsed)
+  else
+    local at = 0
+    if curr > need then at = window * (1 - need / curr) end
+    retry = reset_ms + ceil_ms(at)
+  end
+  return st, false, 0, reset_ms, retry, 0
+end
+
+function sliding_window.token(s) return s.start end
+
+-- TTL: two windows from the current one's start (then neither count matters).
+function sliding_window.save(key, s, p, now_ms, injected)
+  redis.call('HSET', key, 's', s.start, 'p', s.prev, 'c', s.curr)
+  pexpire(key, s.start + 2 * p.window - now_ms, injected)
+end
+
+function sliding_window.refund(key, p, token, cost)
+  local h = redis.call('HMGET', key, 's', 'p', 'c')
+  local start = tonumber(h[1])
+  if start == token then
+    local back = math.min(tonumber(h[3]) or 0, cost)
+    if back > 0 then redis.call('HINCRBY', key, 'c', -back) end
+  elseif start == token + p.window then
+    local back = math.min(tonumber(h[2]) or 0, cost)
+    if back > 0 then redis.call('HINCRBY', key, 'p', -back) end
+  end
+end

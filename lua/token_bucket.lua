@@ -1,0 +1,44 @@
+-- token_bucket.lua: mirrors src/algorithm/token_bucket.rs.
+-- State: hash {t = tokens (float), a = when t was computed (ms)}. Refills at L per W
+-- up to B; a request of cost n takes n tokens. No key = a full bucket.
+
+local token_bucket = {}
+
+function token_bucket.load(key)
+  local h = redis.call('HMGET', key, 't', 'a')
+  if h[1] == false then return nil end
+  return { t = tonumber(h[1]), a = tonumber(h[2]) }
+end
+
+function token_bucket.decide(s, p, now_ms, cost)
+  local rate = p.limit / p.window
+  local burst = p.burst
+  local tokens, at = burst, now_ms
+  if s ~= nil then tokens, at = s.t, s.a end
+  local elapsed = now_ms - at
+  if elapsed < 0 then elapsed = 0 end
+  -- Past the instant the bucket is due full (the key's TTL), it is exactly full.
+  local full_at = at + ceil_ms((burst - tokens) / rate)
+  local available
+  if now_ms >= full_at then available = burst else available = math.min(burst, tokens + elapsed * rate) end
+  if cost <= p.burst and cost <= available + EPSILON then
+    local left = available - cost
+    return { t = left, a = now_ms }, true, floor_u(left + EPSILON), ceil_ms((burst - left) / rate), 0, 0
+  end
+  local retry = -1
+  if cost <= p.burst then retry = ceil_ms((cost - available) / rate) end
+  return { t = available, a = now_ms }, false, 0, ceil_ms((burst - available) / rate), retry, 0
+end
+
+function token_bucket.token(s) return 0 end
+
+-- TTL: until the bucket is full again (then no key means the same).
+function token_bucket.save(key, s, p, now_ms, injected)
+  redis.call('HSET', key, 't', f17(s.t), 'a', s.a)
+  pexpire(key, ceil_ms((p.burst - s.t) / (p.limit / p.window)), injected)
+end
+
+function token_bucket.refund(key, p, token, cost)
+  local t = tonumber(redis.call('HGET', key, 't'))
+  if t ~= nil then redis.call('HSET', key, 't', f17(math.min(p.burst, t + cost))) end
+end

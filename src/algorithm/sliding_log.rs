@@ -1,0 +1,108 @@
+//! Sliding log: the timestamp of every admitted hit within the last W, trimmed before
+//! counting; admit iff `count + cost <= L`. Exact in every interval of length W, at the
+//! price of memory proportional to L per key, which is why configs are refused above
+//! [`MAX_LIMIT`].
+
+use std::collections::VecDeque;
+
+use super::{Decision, Params};
+
+/// The largest `requests_per_unit` a sliding_log rule may have. Redis stores each hit
+/// as a sorted-set member (about 60-70 bytes with its score), so a full log of 10,000
+/// hits is under 1 MB per key; beyond that one busy client could cost megabytes.
+pub const MAX_LIMIT: u64 = 10_000;
+
+/// Hit timestamps (ms), oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct State {
+    pub hits: VecDeque<u64>,
+}
+
+pub fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+    let window = params.window_ms;
+    let mut s = state.cloned().unwrap_or_default();
+    // A hit at exactly now - W has left the window (Redis trims scores <= now - W).
+    while s.hits.front().is_some_and(|&t| t + window <= now_ms) {
+        s.hits.pop_front();
+    }
+    let count = s.hits.len() as u64;
+    if cost > params.limit {
+        let reset = reset_ms(&s, window, now_ms);
+        return (s, Decision::deny(reset, None));
+    }
+    if count + cost <= params.limit {
+        s.hits.extend(std::iter::repeat_n(now_ms, cost as usize));
+        let reset = reset_ms(&s, window, now_ms);
+        return (s, Decision::allow(params.limit - count - cost, reset));
+    }
+    // The (count + cost - L)-th oldest hit must leave first.
+    let must_leave = (count + cost - params.limit) as usize;
+    let retry = s.hits[must_leave - 1] + window - now_ms;
+    let reset = reset_ms(&s, window, now_ms);
+    (s, Decision::deny(reset, Some(retry)))
+}
+
+/// Until the oldest hit leaves the window (0 for an empty log).
+fn reset_ms(state: &State, window: u64, now_ms: u64) -> u64 {
+    state.hits.front().map_or(0, |&t| t + window - now_ms)
+}
+
+pub fn expires_at_ms(state: &State, params: &Params, now_ms: u64) -> u64 {
+    state.hits.back().map_or(now_ms, |&t| t + params.window_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Algorithm;
+    use proptest::prelude::*;
+
+    fn params(limit: u64, window_ms: u64) -> Params {
+        Params {
+            algorithm: Algorithm::SlidingLog,
+            limit,
+            window_ms,
+            burst: limit,
+            max_delay_ms: None,
+        }
+    }
+
+    #[test]
+    fn hits_leave_exactly_one_window_later() {
+        let p = params(2, 1000);
+        let (s, _) = decide(None, &p, 100, 1);
+        let (s, _) = decide(Some(&s), &p, 600, 1);
+        let (s, d) = decide(Some(&s), &p, 1099, 1);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(std::time::Duration::from_millis(1)));
+        let (_, d) = decide(Some(&s), &p, 1100, 1);
+        assert!(d.allowed);
+        assert_eq!(d.reset_after, std::time::Duration::from_millis(500));
+    }
+
+    proptest! {
+        #[test]
+        fn never_more_than_the_limit_in_any_window(
+            limit in 1u64..15,
+            ops in proptest::collection::vec((0u64..4, 0u64..300), 1..300),
+        ) {
+            let p = params(limit, 1000);
+            let mut now = 10_000u64;
+            let mut state = State::default();
+            let mut admitted: Vec<(u64, u64)> = Vec::new();
+            for (cost, step) in ops {
+                now += step;
+                let (s, d) = decide(Some(&state), &p, now, cost);
+                state = s;
+                if d.allowed {
+                    admitted.push((now, cost));
+                    prop_assert!(d.remaining <= limit);
+                }
+            }
+            for &(t, _) in &admitted {
+                let total: u64 = admitted.iter().filter(|(u, _)| *u >= t && *u < t + 1000).map(|(_, c)| c).sum();
+                prop_assert!(total <= limit, "{} in [{}, {})", total, t, t + 1000);
+            }
+        }
+    }
+}

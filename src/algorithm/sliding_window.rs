@@ -1,0 +1,135 @@
+//! Sliding window counter: two epoch-aligned fixed windows, the previous one weighted
+//! by how much of it still overlaps the sliding window:
+//! `estimate = prev x (W - elapsed) / W + curr`, admit iff `estimate + cost <= L`.
+//! Two numbers of state; it smooths the boundary burst of fixed windows but assumes
+//! the previous window's hits were spread evenly, so in the worst case (all of them
+//! at its very end) it admits up to 2L in one interval of length W.
+
+use super::{Decision, Params, ceil_ms, floor_u64};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct State {
+    /// Start of the current window (ms since the epoch).
+    pub start: u64,
+    pub prev: u64,
+    pub curr: u64,
+}
+
+/// The state as seen at `now`: rolled forward when windows have passed.
+fn roll(state: Option<State>, window: u64, now_ms: u64) -> State {
+    let start = now_ms - now_ms % window;
+    match state {
+        Some(s) if s.start == start => s,
+        Some(s) if s.start + window == start => State {
+            start,
+            prev: s.curr,
+            curr: 0,
+        },
+        _ => State {
+            start,
+            prev: 0,
+            curr: 0,
+        },
+    }
+}
+
+pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+    let window = params.window_ms.max(1);
+    let s = roll(state, window, now_ms);
+    let elapsed = now_ms - s.start;
+    let weight = (window - elapsed) as f64 / window as f64;
+    let estimate = s.prev as f64 * weight + s.curr as f64;
+    let limit = params.limit as f64;
+    let reset_ms = window - elapsed;
+    if cost <= params.limit && estimate + cost as f64 <= limit {
+        let after = State {
+            curr: s.curr + cost,
+            ..s
+        };
+        let remaining = floor_u64(limit - (estimate + cost as f64));
+        return (after, Decision::allow(remaining, reset_ms));
+    }
+    if cost > params.limit {
+        return (s, Decision::deny(reset_ms, None));
+    }
+    let need = limit - cost as f64;
+    let retry_ms = if s.curr as f64 <= need && s.prev > 0 {
+        // Later in this window the previous window's weight has shrunk enough.
+        let at = window as f64 * (1.0 - (need - s.curr as f64) / s.prev as f64);
+        ceil_ms(at - elapsed as f64)
+    } else {
+        // Only in the next window, once this window's hits weigh less.
+        let at = if s.curr as f64 > need {
+            window as f64 * (1.0 - need / s.curr as f64)
+        } else {
+            0.0
+        };
+        reset_ms + ceil_ms(at)
+    };
+    (s, Decision::deny(reset_ms, Some(retry_ms)))
+}
+
+pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
+    state.start + 2 * params.window_ms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Algorithm;
+    use proptest::prelude::*;
+
+    fn params(limit: u64, window_ms: u64) -> Params {
+        Params {
+            algorithm: Algorithm::SlidingWindow,
+            limit,
+            window_ms,
+            burst: limit,
+            max_delay_ms: None,
+        }
+    }
+
+    #[test]
+    fn the_previous_window_weighs_in_linearly() {
+        let p = params(10, 1000);
+        let mut s = None;
+        for _ in 0..10 {
+            let (next, d) = decide(s, &p, 999, 1);
+            assert!(d.allowed);
+            s = Some(next);
+        }
+        // Half way through the next window the previous 10 weigh 5.
+        let (_, d) = decide(s, &p, 1500, 5);
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 0);
+        let (_, d) = decide(s, &p, 1500, 6);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(std::time::Duration::from_millis(100)));
+    }
+
+    proptest! {
+        /// The bound the README states: at most 2L in any interval of length W.
+        #[test]
+        fn admits_at_most_twice_the_limit_in_any_window(
+            limit in 1u64..20,
+            ops in proptest::collection::vec((0u64..4, 0u64..400), 1..300),
+        ) {
+            let p = params(limit, 1000);
+            let mut now = 10_000u64;
+            let mut state = None;
+            let mut admitted: Vec<(u64, u64)> = Vec::new();
+            for (cost, step) in ops {
+                now += step;
+                let (s, d) = decide(state, &p, now, cost);
+                state = Some(s);
+                if d.allowed {
+                    admitted.push((now, cost));
+                }
+            }
+            for &(t, _) in &admitted {
+                let total: u64 = admitted.iter().filter(|(u, _)| *u >= t && *u < t + 1000).map(|(_, c)| c).sum();
+                prop_assert!(total <= 2 * limit, "{} in [{}, {})", total, t, t + 1000);
+            }
+        }
+    }
+}

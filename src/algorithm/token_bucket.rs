@@ -1,0 +1,114 @@
+//! Token bucket: a bucket of B tokens (default L) refilled continuously at L per W;
+//! a request of cost n takes n tokens, admitted iff at least n are there. Allows a
+//! burst of B, then the sustained rate. Two numbers of state: tokens and when.
+
+use super::{Decision, EPSILON, Params, ceil_ms, floor_u64};
+
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct State {
+    pub tokens: f64,
+    /// When `tokens` was computed (ms since the epoch).
+    pub at: u64,
+}
+
+pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+    let rate = params.limit as f64 / params.window_ms as f64;
+    let burst = params.burst as f64;
+    let (tokens, at) = state.map_or((burst, now_ms), |s| (s.tokens, s.at));
+    // A clock that stepped back refills nothing rather than draining the bucket.
+    let elapsed = now_ms.saturating_sub(at) as f64;
+    // Past the instant the bucket is due full (the key's TTL), it is exactly full:
+    // refill sums that round a hair below `burst` must not outlive the key in Redis.
+    let full_at = at + ceil_ms((burst - tokens) / rate);
+    let available = if now_ms >= full_at { burst } else { burst.min(tokens + elapsed * rate) };
+    let n = cost as f64;
+    if cost <= params.burst && n <= available + EPSILON {
+        let left = available - n;
+        let state = State {
+            tokens: left,
+            at: now_ms,
+        };
+        let reset = ceil_ms((burst - left) / rate);
+        return (state, Decision::allow(floor_u64(left + EPSILON), reset));
+    }
+    let state = State {
+        tokens: available,
+        at: now_ms,
+    };
+    let reset = ceil_ms((burst - available) / rate);
+    let retry = (cost <= params.burst).then(|| ceil_ms((n - available) / rate));
+    (state, Decision::deny(reset, retry))
+}
+
+/// Once full again the bucket equals no state at all.
+pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
+    let rate = params.limit as f64 / params.window_ms as f64;
+    state.at + ceil_ms((params.burst as f64 - state.tokens) / rate).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Algorithm;
+    use proptest::prelude::*;
+
+    fn params(limit: u64, window_ms: u64, burst: u64) -> Params {
+        Params {
+            algorithm: Algorithm::TokenBucket,
+            limit,
+            window_ms,
+            burst,
+            max_delay_ms: None,
+        }
+    }
+
+    #[test]
+    fn burst_then_sustained_rate() {
+        let p = params(10, 1000, 5);
+        let mut s = None;
+        for left in (0..5).rev() {
+            let (next, d) = decide(s, &p, 0, 1);
+            assert!(d.allowed);
+            assert_eq!(d.remaining, left);
+            s = Some(next);
+        }
+        let (_, d) = decide(s, &p, 0, 1);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(std::time::Duration::from_millis(100)));
+        let (_, d) = decide(s, &p, 100, 1);
+        assert!(d.allowed, "one token back after W/L");
+        let (_, d) = decide(None, &p, 0, 6);
+        assert_eq!(d.retry_after, None, "more than the bucket holds never passes");
+    }
+
+    proptest! {
+        /// Never more than B + rate x t in any interval of length t.
+        #[test]
+        fn never_more_than_burst_plus_rate(
+            limit in 1u64..20,
+            burst in 1u64..20,
+            ops in proptest::collection::vec((0u64..4, 0u64..200), 1..300),
+        ) {
+            let p = params(limit, 1000, burst);
+            let mut now = 0u64;
+            let mut state = None;
+            let mut admitted: Vec<(u64, u64)> = Vec::new();
+            for (cost, step) in ops {
+                now += step;
+                let (s, d) = decide(state, &p, now, cost);
+                state = Some(s);
+                if d.allowed {
+                    admitted.push((now, cost));
+                }
+            }
+            for (i, &(t0, _)) in admitted.iter().enumerate() {
+                let mut total = 0u64;
+                for &(t1, c) in &admitted[i..] {
+                    total += c;
+                    let bound = burst as f64 + limit as f64 * (t1 - t0) as f64 / 1000.0;
+                    prop_assert!(total as f64 <= bound + 1e-6, "{} > {}", total, bound);
+                }
+            }
+        }
+    }
+}
