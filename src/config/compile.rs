@@ -207,14 +207,20 @@ impl Compiler<'_> {
     }
 
     /// A descriptor's `rate_limit` or `rate_limits` as one rule.
-    fn rule(&mut self, path: &str, flags: RuleFlags, d: &mut DescriptorYaml, line: u64) -> Option<Rule> {
+    fn rule(
+        &mut self,
+        path: &str,
+        flags: RuleFlags,
+        d: &mut DescriptorYaml,
+        line: u64,
+    ) -> Option<Rule> {
         let what = format!("descriptor '{path}'");
         let mut mappings = Vec::new();
         match (d.rate_limit.take(), d.rate_limits.take()) {
             (None, None) => return None,
             (Some(_), Some(list)) => {
                 self.error(
-                    list.referenced.line(),
+                    key_line(self.source, list.referenced.line(), "rate_limits"),
                     format!("{what}: use either rate_limit or rate_limits, not both"),
                 );
                 return None;
@@ -222,7 +228,8 @@ impl Compiler<'_> {
             (Some(one), None) => mappings.push(("rate_limit".to_owned(), one)),
             (None, Some(list)) => {
                 if list.value.is_empty() {
-                    self.error(list.referenced.line(), format!("{what}: rate_limits: must not be empty"));
+                    let line = key_line(self.source, list.referenced.line(), "rate_limits");
+                    self.error(line, format!("{what}: rate_limits: must not be empty"));
                     return None;
                 }
                 for (i, one) in list.value.into_iter().enumerate() {
@@ -235,7 +242,9 @@ impl Compiler<'_> {
         let mut errors = Vec::new();
         let mut parsed = Vec::new();
         for (field, mapping) in mappings {
-            let mut report = |line: u64, message: String| errors.push(ConfigError::new(file, Some(line), message));
+            let mut report = |line: u64, message: String| {
+                errors.push(ConfigError::new(file, Some(line), message))
+            };
             parsed.extend(limit::parse(source, &what, &field, mapping, &mut report));
         }
         let failed = !errors.is_empty();
@@ -252,7 +261,10 @@ impl Compiler<'_> {
             replaces.extend(p.replaces);
         }
         if unlimited && several {
-            self.error(line, format!("{what}: rate_limits: an unlimited entry makes the others meaningless"));
+            self.error(
+                line,
+                format!("{what}: rate_limits: an unlimited entry makes the others meaningless"),
+            );
             return None;
         }
         let name: Option<Arc<str>> = limits.iter().find_map(|l| l.name.clone());
@@ -267,7 +279,11 @@ impl Compiler<'_> {
                 ok = false;
             }
         }
-        let kind = if unlimited { RuleKind::Unlimited } else { RuleKind::Limited(limits) };
+        let kind = if unlimited {
+            RuleKind::Unlimited
+        } else {
+            RuleKind::Limited(limits)
+        };
         let rule = Rule {
             path: path.into(),
             name,

@@ -24,18 +24,32 @@ pub struct Parsed {
 pub type Report<'a> = &'a mut dyn FnMut(u64, String);
 
 /// `field` names the mapping in messages (`rate_limit` or `rate_limits[2]`).
-pub fn parse(source: &str, what: &str, field: &str, spanned: Spanned<RateLimitYaml>, report: Report<'_>) -> Option<Parsed> {
+pub fn parse(
+    source: &str,
+    what: &str,
+    field: &str,
+    spanned: Spanned<RateLimitYaml>,
+    report: Report<'_>,
+) -> Option<Parsed> {
     let line = spanned.referenced.line();
     let rl = spanned.value;
     let mut ok = true;
-    let name = rl.name.as_ref().map(|n| n.value.clone()).filter(|n| !n.is_empty()).map(Arc::from);
+    let name = rl
+        .name
+        .as_ref()
+        .map(|n| n.value.clone())
+        .filter(|n| !n.is_empty())
+        .map(Arc::from);
 
     let mut replaces = Vec::new();
     for r in rl.replaces.unwrap_or_default() {
         match r.value.name.filter(|n| !n.is_empty()) {
             Some(replaced) => replaces.push((Arc::from(replaced), r.referenced.line())),
             None => {
-                report(r.referenced.line(), format!("{what}: {field}.replaces: should not have an empty replaces entry"));
+                report(
+                    r.referenced.line(),
+                    format!("{what}: {field}.replaces: should not have an empty replaces entry"),
+                );
                 ok = false;
             }
         }
@@ -49,14 +63,20 @@ pub fn parse(source: &str, what: &str, field: &str, spanned: Spanned<RateLimitYa
             );
             ok = false;
         }
-        return ok.then_some(Parsed { limit: None, replaces });
+        return ok.then_some(Parsed {
+            limit: None,
+            replaces,
+        });
     }
 
     let (unit_text, unit_line) = match &rl.unit {
         Some(u) => (u.value.as_str(), u.referenced.line()),
         // A block mapping's span starts at its first key; the mistake is the line
         // that opens it.
-        None => ("", key_line(source, line, field.split('[').next().unwrap_or(field))),
+        None => (
+            "",
+            key_line(source, line, field.split('[').next().unwrap_or(field)),
+        ),
     };
     let Some(unit) = Unit::parse(unit_text) else {
         let expected: Vec<&str> = Unit::ALL.iter().map(|(_, n)| *n).collect();
@@ -92,7 +112,10 @@ pub fn parse(source: &str, what: &str, field: &str, spanned: Spanned<RateLimitYa
     let algorithm = limit.algorithm;
     if let Some(m) = &rl.unit_multiplier {
         if m.value == 0 {
-            report(m.referenced.line(), format!("{what}: {field}.unit_multiplier: must be at least 1"));
+            report(
+                m.referenced.line(),
+                format!("{what}: {field}.unit_multiplier: must be at least 1"),
+            );
             ok = false;
         }
         limit.unit_multiplier = m.value.max(1);
@@ -108,7 +131,10 @@ pub fn parse(source: &str, what: &str, field: &str, spanned: Spanned<RateLimitYa
             );
             ok = false;
         } else if b.value == 0 {
-            report(b.referenced.line(), format!("{what}: {field}.burst: must be at least 1"));
+            report(
+                b.referenced.line(),
+                format!("{what}: {field}.burst: must be at least 1"),
+            );
             ok = false;
         }
         limit.burst = Some(b.value);
@@ -116,8 +142,11 @@ pub fn parse(source: &str, what: &str, field: &str, spanned: Spanned<RateLimitYa
     if let Some(lb) = &rl.leaky_bucket {
         if algorithm != Algorithm::LeakyBucket {
             report(
-                lb.referenced.line(),
-                format!("{what}: {field}.leaky_bucket: options given for algorithm {}", algorithm.name()),
+                key_line(source, lb.referenced.line(), "leaky_bucket"),
+                format!(
+                    "{what}: {field}.leaky_bucket: options given for algorithm {}",
+                    algorithm.name()
+                ),
             );
             ok = false;
         }
@@ -137,13 +166,24 @@ pub fn parse(source: &str, what: &str, field: &str, spanned: Spanned<RateLimitYa
             }
         }
     }
-    let rpu_line = rl.requests_per_unit.as_ref().map_or(unit_line, |r| r.referenced.line());
+    let rpu_line = rl
+        .requests_per_unit
+        .as_ref()
+        .map_or(unit_line, |r| r.referenced.line());
     if algorithm != Algorithm::FixedWindow && limit.requests_per_unit == 0 {
         // A rate of zero has no emission interval; a fixed window of 0 denies all.
-        report(rpu_line, format!("{what}: {field}.requests_per_unit: {} needs at least 1", algorithm.name()));
+        report(
+            rpu_line,
+            format!(
+                "{what}: {field}.requests_per_unit: {} needs at least 1",
+                algorithm.name()
+            ),
+        );
         ok = false;
     }
-    if algorithm == Algorithm::SlidingLog && u64::from(limit.requests_per_unit) > sliding_log::MAX_LIMIT {
+    if algorithm == Algorithm::SlidingLog
+        && u64::from(limit.requests_per_unit) > sliding_log::MAX_LIMIT
+    {
         report(
             rpu_line,
             format!(
@@ -163,7 +203,9 @@ pub fn parse(source: &str, what: &str, field: &str, spanned: Spanned<RateLimitYa
 /// `250ms`, `2s`, `1.5s`, `1m`, `1h`; a bare number is seconds.
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let value: f64 = number.parse().ok()?;
     let seconds = match unit.trim() {

@@ -1,0 +1,163 @@
+//! Leaky-bucket shaping through the real gRPC server, on the memory store and on a
+//! real Redis: admitted requests are answered one emission interval (W / L) apart,
+//! never earlier than their turn, and a request that finds the queue full is answered
+//! OVER_LIMIT at once. Also several limits on one descriptor (`rate_limits`): all must
+//! pass, and the status reports the one that decided.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::server::{TestServer, config, descriptor, request};
+use futures_util::future::join_all;
+use tollgate::limiter::LimiterOptions;
+use tollgate::proto::rate_limit_response::Code;
+use tollgate::store::Store;
+use tollgate::store::memory::MemoryStore;
+use tollgate::store::redis::RedisStore;
+use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
+
+/// 10 per second: one every 100 ms; a queue of 5.
+const SHAPER: &str = "
+domain: shape
+descriptors:
+  - key: upstream
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
+      algorithm: leaky_bucket
+      burst: 5
+  - key: tiered
+    rate_limits:
+      - {unit: second, requests_per_unit: 3, name: per_second}
+      - {unit: day, requests_per_unit: 4, name: per_day, algorithm: sliding_log}
+";
+
+const INTERVAL: Duration = Duration::from_millis(100);
+
+async fn redis_store(test: &str) -> Arc<dyn Store> {
+    let options = RedisOptions {
+        target: RedisTarget::Standalone(common::redis::standalone().url()),
+        auth: None,
+        key_prefix: common::redis::unique_prefix(test),
+        timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(5),
+    };
+    Arc::new(RedisStore::connect(&options).await.expect("connect"))
+}
+
+async fn shapes(store: Arc<dyn Store>) {
+    let server = TestServer::start(config(SHAPER), store, LimiterOptions::default()).await;
+    let client = server.client().await;
+    let started = Instant::now();
+    let calls = (0..6).map(|_| {
+        let mut client = client.clone();
+        let req = request(
+            "shape",
+            vec![descriptor(&[("upstream", "api.example.com")])],
+        );
+        async move {
+            let code = client
+                .should_rate_limit(req)
+                .await
+                .expect("call succeeds")
+                .into_inner()
+                .overall_code;
+            (code, started.elapsed())
+        }
+    });
+    let results = join_all(calls).await;
+    let mut admitted: Vec<Duration> = results
+        .iter()
+        .filter(|(c, _)| *c == Code::Ok as i32)
+        .map(|(_, t)| *t)
+        .collect();
+    let denied: Vec<Duration> = results
+        .iter()
+        .filter(|(c, _)| *c == Code::OverLimit as i32)
+        .map(|(_, t)| *t)
+        .collect();
+    admitted.sort();
+    assert_eq!(
+        (admitted.len(), denied.len()),
+        (5, 1),
+        "a queue of 5: {results:?}"
+    );
+    assert!(
+        denied[0] < Duration::from_millis(90),
+        "a full queue answers at once, not after waiting: {denied:?}"
+    );
+    for (turn, at) in admitted.iter().enumerate() {
+        let slot = INTERVAL * turn as u32;
+        // Never before its turn (the decision is made after the call starts, so a
+        // turn can only come later); generously bounded above on a busy machine.
+        assert!(
+            *at + Duration::from_millis(5) >= slot,
+            "turn {turn} answered at {at:?}, before {slot:?}"
+        );
+        assert!(
+            *at < slot + Duration::from_millis(250),
+            "turn {turn} answered at {at:?}, long after {slot:?}"
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaky_bucket_spaces_answers_on_the_memory_store() {
+    shapes(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaky_bucket_spaces_answers_on_redis() {
+    shapes(redis_store("shaping").await).await;
+}
+
+async fn all_limits_must_pass(store: Arc<dyn Store>) {
+    let server = TestServer::start(config(SHAPER), store, LimiterOptions::default()).await;
+    let mut client = server.client().await;
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let req = request("shape", vec![descriptor(&[("tiered", "t1")])]);
+        let status = client
+            .should_rate_limit(req)
+            .await
+            .expect("call succeeds")
+            .into_inner()
+            .statuses
+            .remove(0);
+        let limit = status.current_limit.expect("a limit applies");
+        seen.push((status.code, limit.name, status.limit_remaining));
+    }
+    let ok = Code::Ok as i32;
+    let over = Code::OverLimit as i32;
+    // Within one second: per_second (3) runs out first; the day's log is not consumed
+    // by the denied calls. (A second boundary may fall inside the loop on a slow
+    // machine; then a fourth call passes and per_day decides the fifth.)
+    let first_three: Vec<_> = seen[..3].iter().map(|(c, _, _)| *c).collect();
+    assert_eq!(first_three, [ok, ok, ok], "{seen:?}");
+    assert_eq!(
+        seen[0].1, "per_second",
+        "the limit closest to running out is reported: {seen:?}"
+    );
+    assert_eq!(seen[2].2, 0, "{seen:?}");
+    let (code, name, _) = &seen[3];
+    assert!(
+        *code == over && name == "per_second" || *code == ok,
+        "{seen:?}"
+    );
+    let admitted = seen.iter().filter(|(c, _, _)| *c == ok).count();
+    assert!(admitted <= 4, "per_day caps the total at 4: {seen:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn several_limits_on_one_descriptor_on_the_memory_store() {
+    all_limits_must_pass(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn several_limits_on_one_descriptor_on_redis() {
+    all_limits_must_pass(redis_store("tiered").await).await;
+}
