@@ -4,7 +4,9 @@
 --           lives on one shard and the cluster client routes the call by KEYS[1].
 -- ARGV[1]   "" to read the shard's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
--- ARGV      then 7 values per operation i, at 1 + 7*(i-1) + 1 ..:
+-- ARGV[2]   "1" for a dry run: decide everything, write nothing (the request is
+--           already denied elsewhere, only true statuses are wanted); else "0".
+-- ARGV      then 7 values per operation i, at 2 + 7*(i-1) + 1 ..:
 --             algorithm id (1 fixed_window, 2 sliding_window, 3 sliding_log,
 --             4 token_bucket, 5 gcra, 6 leaky_bucket), limit, window ms, burst,
 --             max delay ms (-1 = none), cost, vetoes (1/0)
@@ -35,10 +37,10 @@ end
 
 local n = #KEYS
 local loaded, states, originals, ops, out = {}, {}, {}, {}, {}
-local vetoed = false
+local vetoed = ARGV[2] == '1'
 
 for i = 1, n do
-  local a = 1 + STRIDE * (i - 1)
+  local a = 2 + STRIDE * (i - 1)
   local algo = algorithms[tonumber(ARGV[a + 1])]
   if algo == nil then
     return redis.error_reply('tollgate: unknown algorithm id ' .. tostring(ARGV[a + 1]))

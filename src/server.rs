@@ -1,19 +1,41 @@
 //! Wires a [`Limiter`] to sockets: the gRPC port (rate-limit service, grpc.health.v1,
 //! reflection) and the HTTP admin port. Tests call [`run`] on listeners bound to port 0.
+//!
+//! Health follows [`Health`]: SERVING only with a config loaded and the backend
+//! reachable. Shutdown, when the `shutdown` future resolves: NOT_SERVING at once (gRPC
+//! health and `/healthcheck`), both ports keep answering for [`ServeOptions::drain`]
+//! (time for Envoy and Kubernetes to stop sending), then the listeners close (new
+//! connections are refused) and the calls in flight finish.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
 
 use crate::error::Error;
+use crate::health::{Health, HealthState};
+use crate::http::AdminState;
 use crate::limiter::Limiter;
 use crate::proto::FILE_DESCRIPTOR_SET;
+use crate::reload::ReloadStatus;
 use crate::service::RateLimitGrpc;
+
+/// What the server needs besides the limiter.
+#[derive(Clone, Default)]
+pub struct ServeOptions {
+    /// Readiness; the server flips it to draining on shutdown.
+    pub health: Arc<Health>,
+    /// The reload state shown by `/config.json`.
+    pub reload: Arc<ReloadStatus>,
+    /// How long both ports keep answering after shutdown begins, NOT_SERVING.
+    pub drain: Duration,
+}
 
 /// Names under which grpc.health.v1 reports: the whole server (""), the name
 /// envoyproxy/ratelimit registers ("ratelimit"), and the service's full name.
@@ -57,19 +79,36 @@ impl Listeners {
 }
 
 /// Serves until `shutdown` resolves, then reports NOT_SERVING, stops accepting and
-/// lets in-flight calls finish.
+/// lets in-flight calls finish (no drain period).
 pub async fn run<F>(listeners: Listeners, limiter: Arc<Limiter>, shutdown: F) -> Result<(), Error>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let options = ServeOptions {
+        reload: Arc::new(ReloadStatus::new(None)),
+        ..ServeOptions::default()
+    };
+    run_with(listeners, limiter, options, shutdown).await
+}
+
+/// [`run`] with readiness, reload state and a drain period.
+pub async fn run_with<F>(
+    listeners: Listeners,
+    limiter: Arc<Limiter>,
+    options: ServeOptions,
+    shutdown: F,
+) -> Result<(), Error>
 where
     F: Future<Output = ()> + Send + 'static,
 {
     let grpc_addr = listeners.grpc_addr();
     let http_addr = listeners.http_addr();
-    let (reporter, health) = tonic_health::server::health_reporter();
-    for name in HEALTH_NAMES {
-        reporter
-            .set_service_status(name, ServingStatus::Serving)
-            .await;
-    }
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    // Set before the port answers, so no check ever sees an unset status.
+    let mut changes = options.health.subscribe();
+    let serving = changes.borrow_and_update().serving();
+    report(&reporter, serving).await;
+    let follower = tokio::spawn(follow_health(reporter, changes, serving));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -86,14 +125,21 @@ where
             let _ = rx.wait_for(|stop| *stop).await;
         }
     };
-    tokio::spawn(async move {
+    let health = options.health.clone();
+    let drain = options.drain;
+    let drainer = tokio::spawn(async move {
         shutdown.await;
-        tracing::info!("shutting down: reporting NOT_SERVING and draining");
-        for name in HEALTH_NAMES {
-            reporter
-                .set_service_status(name, ServingStatus::NotServing)
-                .await;
-        }
+        health.start_draining();
+        tracing::info!(
+            event = "shutdown_started",
+            drain_seconds = drain.as_secs_f64(),
+            "shutting down: NOT_SERVING, still answering during the drain period"
+        );
+        tokio::time::sleep(drain).await;
+        tracing::info!(
+            event = "drain_finished",
+            "drain over: closing the listeners, finishing calls in flight"
+        );
         let _ = stop_tx.send(true);
     });
 
@@ -105,17 +151,64 @@ where
         stream
     });
     let grpc = tonic::transport::Server::builder()
-        .add_service(health)
+        .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(RateLimitGrpc::new(limiter.clone()).into_server())
         .serve_with_incoming_shutdown(incoming, stopped());
+    let admin = AdminState {
+        limiter,
+        health: options.health,
+        reload: options.reload,
+    };
     let http =
-        axum::serve(listeners.http, crate::http::router(limiter)).with_graceful_shutdown(stopped());
+        axum::serve(listeners.http, crate::http::router(admin)).with_graceful_shutdown(stopped());
 
     tracing::info!(grpc = %grpc_addr, http = %http_addr, "tollgate serving");
     let (grpc_result, http_result) = tokio::join!(grpc, http);
+    follower.abort();
+    drainer.abort();
     grpc_result?;
     http_result.map_err(|e| Error::io("HTTP server", e))?;
+    tracing::info!(event = "shutdown_finished", "every call answered; stopped");
     Ok(())
+}
+
+/// Mirrors [`Health`] into grpc.health.v1 (until aborted), logging each transition.
+async fn follow_health(
+    reporter: HealthReporter,
+    mut changes: tokio::sync::watch::Receiver<HealthState>,
+    mut serving: bool,
+) {
+    loop {
+        if changes.changed().await.is_err() {
+            return;
+        }
+        let state = *changes.borrow_and_update();
+        if state.serving() == serving {
+            continue;
+        }
+        serving = state.serving();
+        report(&reporter, serving).await;
+        match state.reason() {
+            Some(reason) => tracing::info!(
+                event = "health_changed",
+                serving,
+                reason,
+                "health: NOT_SERVING"
+            ),
+            None => tracing::info!(event = "health_changed", serving, "health: SERVING"),
+        }
+    }
+}
+
+async fn report(reporter: &HealthReporter, serving: bool) {
+    let status = if serving {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    for name in HEALTH_NAMES {
+        reporter.set_service_status(name, status).await;
+    }
 }

@@ -1,12 +1,19 @@
 //! Resolving `tollgate serve`'s settings: our flags first, then the environment
-//! variables envoyproxy/ratelimit deployments already set, then defaults.
+//! variables envoyproxy/ratelimit deployments already set, then defaults. The Redis
+//! part is in `redis.rs`; [`compat`] lists its variables tollgate ignores or refuses;
+//! the tests are in `tests.rs`.
+
+pub mod compat;
+mod redis;
+#[cfg(test)]
+mod tests;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::store::redis::connect::{RedisOptions, RedisTarget};
+use crate::store::redis::connect::RedisOptions;
 
 /// Default config location when neither `--config` nor `RUNTIME_ROOT` is given.
 pub const DEFAULT_CONFIG: &str = "config";
@@ -15,12 +22,22 @@ pub const DEFAULT_HTTP_ADDR: &str = "0.0.0.0:8080";
 /// Budget for one request's Redis work. Not "well under Envoy's 20 ms" as first
 /// designed: a burst of 300 simultaneous calls on one hot key measured 7-15 ms warm and
 /// 23-42 ms right after start-up on a 2-core machine (all replies of a pipelined burst
-/// arrive together), and a timeout inside that range turns a burst into errors, and,
-/// since the script may already have run, into miscounts. Fast answers during an
-/// outage are the circuit breaker's job. Deployments that want tollgate's failure mode
-/// to win over Envoy's should raise Envoy's ratelimit `timeout` above this.
-pub const DEFAULT_REDIS_TIMEOUT_MS: u64 = 50;
+/// arrive together), and bursts of 100 through Envoy timed out a third of their calls
+/// at 50 ms on a busy machine. A timeout inside that range turns a burst into
+/// fallback answers and, since the script may already have run, into miscounts. Fast
+/// answers during an outage are the circuit breaker's job (and a refused connection
+/// fails at once). Deployments that want tollgate's failure mode to win over Envoy's
+/// should raise Envoy's ratelimit `timeout` above this.
+pub const DEFAULT_REDIS_TIMEOUT_MS: u64 = 250;
 pub const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a stopping server keeps answering, NOT_SERVING, before it closes its
+/// listeners. Kubernetes' preStop hook usually covers endpoint removal; this covers
+/// the callers that still hold a connection.
+pub const DEFAULT_DRAIN_SECONDS: f64 = 5.0;
+/// A drain longer than this is a typo (Kubernetes' default grace period is 30 s).
+pub const MAX_DRAIN_SECONDS: f64 = 3600.0;
+/// envoyproxy/ratelimit's `RUNTIME_APPDIRECTORY` default.
+pub const DEFAULT_APP_DIRECTORY: &str = "config";
 
 /// What `serve` was asked for on the command line (all optional).
 #[derive(Debug, Clone, Default)]
@@ -35,6 +52,12 @@ pub struct ServeFlags {
     pub redis_cluster: Option<String>,
     pub redis_timeout_ms: Option<u64>,
     pub key_prefix: Option<String>,
+    /// `--drain-seconds`.
+    pub drain_seconds: Option<f64>,
+    /// `--no-watch`: reload on SIGHUP only.
+    pub no_watch: bool,
+    /// `--health-check-redis`: whether an unreachable Redis makes health NOT_SERVING.
+    pub health_check_redis: Option<bool>,
 }
 
 /// Fully resolved settings.
@@ -46,6 +69,19 @@ pub struct ServeSettings {
     pub shadow_mode: bool,
     /// `None`: the in-memory store (limits per process).
     pub redis: Option<RedisOptions>,
+    /// Keep answering (NOT_SERVING) this long after SIGTERM before closing.
+    pub drain: Duration,
+    /// Watch the config for changes (else SIGHUP only).
+    pub watch: bool,
+    /// More paths whose swap means the config moved: `RUNTIME_ROOT` when the config
+    /// comes from the environment and `RUNTIME_WATCH_ROOT` is true (its default).
+    pub watch_anchors: Vec<PathBuf>,
+    /// Redis reachability is part of health (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
+    pub health_check_redis: bool,
+    /// `RUNTIME_IGNOREDOTFILES`; dot names are skipped either way (see README).
+    pub ignore_dotfiles: bool,
+    /// envoyproxy/ratelimit variables that are set but have no effect, with why.
+    pub ignored: Vec<(&'static str, &'static str)>,
 }
 
 impl ServeSettings {
@@ -55,19 +91,49 @@ impl ServeSettings {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, Error> {
         let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+        if let Some(refused) = compat::refused(&var) {
+            return Err(Error::Settings(refused));
+        }
 
-        // envoyproxy/ratelimit reads `<RUNTIME_ROOT>/<RUNTIME_SUBDIRECTORY>/config/`.
+        let flag_bool = |name: &str, default: bool| -> Result<bool, Error> {
+            match var(name) {
+                Some(v) => parse_bool(&v)
+                    .ok_or_else(|| Error::Settings(format!("{name}: '{v}' is not a boolean"))),
+                None => Ok(default),
+            }
+        };
+        // envoyproxy/ratelimit reads
+        // `<RUNTIME_ROOT>/<RUNTIME_SUBDIRECTORY>/<RUNTIME_APPDIRECTORY>/` and, with
+        // RUNTIME_WATCH_ROOT (its default), watches RUNTIME_ROOT for a symlink swap.
+        let watch_root = flag_bool("RUNTIME_WATCH_ROOT", true)?;
+        let ignore_dotfiles = flag_bool("RUNTIME_IGNOREDOTFILES", false)?;
+        let mut watch_anchors = Vec::new();
         let config = match (&flags.config, var("RUNTIME_ROOT")) {
             (Some(path), _) => path.clone(),
             (None, Some(root)) => {
-                let mut path = PathBuf::from(root);
+                let mut path = PathBuf::from(&root);
+                if watch_root {
+                    watch_anchors.push(path.clone());
+                }
                 if let Some(sub) = var("RUNTIME_SUBDIRECTORY") {
                     path.push(sub);
                 }
-                path.push("config");
+                path.push(
+                    var("RUNTIME_APPDIRECTORY").unwrap_or_else(|| DEFAULT_APP_DIRECTORY.into()),
+                );
                 path
             }
             (None, None) => PathBuf::from(DEFAULT_CONFIG),
+        };
+        let drain_seconds = flags.drain_seconds.unwrap_or(DEFAULT_DRAIN_SECONDS);
+        if !(0.0..=MAX_DRAIN_SECONDS).contains(&drain_seconds) {
+            return Err(Error::Settings(format!(
+                "--drain-seconds: {drain_seconds} is not between 0 and {MAX_DRAIN_SECONDS}"
+            )));
+        }
+        let health_check_redis = match flags.health_check_redis {
+            Some(check) => check,
+            None => flag_bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", true)?,
         };
         let grpc_addr = address(
             flags.grpc_addr.clone(),
@@ -83,118 +149,22 @@ impl ServeSettings {
             DEFAULT_HTTP_ADDR,
             "--http-addr / HOST:PORT",
         )?;
-        let shadow_mode = flags.shadow_mode
-            || match var("SHADOW_MODE") {
-                Some(v) => parse_bool(&v).ok_or_else(|| {
-                    Error::Settings(format!("SHADOW_MODE: '{v}' is not a boolean"))
-                })?,
-                None => false,
-            };
-        let redis = redis_options(flags, &var)?;
+        let shadow_mode = flags.shadow_mode || flag_bool("SHADOW_MODE", false)?;
+        let redis = redis::redis_options(flags, &var)?;
         Ok(Self {
             config,
             grpc_addr,
             http_addr,
             shadow_mode,
             redis,
+            drain: Duration::from_secs_f64(drain_seconds),
+            watch: !flags.no_watch,
+            watch_anchors,
+            health_check_redis,
+            ignore_dotfiles,
+            ignored: compat::ignored(&var),
         })
     }
-}
-
-/// `--redis-url` / `--redis-cluster`, else envoyproxy/ratelimit's `REDIS_TYPE`,
-/// `REDIS_URL`, `REDIS_SOCKET_TYPE`, `REDIS_AUTH`, `REDIS_TLS`; no URL at all means
-/// no Redis.
-fn redis_options(
-    flags: &ServeFlags,
-    var: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<RedisOptions>, Error> {
-    let tls = match var("REDIS_TLS") {
-        Some(v) => parse_bool(&v)
-            .ok_or_else(|| Error::Settings(format!("REDIS_TLS: '{v}' is not a boolean")))?,
-        None => false,
-    };
-    let unix = var("REDIS_SOCKET_TYPE").is_some_and(|t| t.eq_ignore_ascii_case("unix"));
-    let target = match (&flags.redis_url, &flags.redis_cluster) {
-        (Some(_), Some(_)) => {
-            return Err(Error::Settings(
-                "--redis-url and --redis-cluster exclude each other".into(),
-            ));
-        }
-        (Some(url), None) => RedisTarget::Standalone(to_url(url, tls, false)),
-        (None, Some(nodes)) => RedisTarget::Cluster(split_nodes(nodes, tls)?),
-        (None, None) => {
-            let Some(url) = var("REDIS_URL") else {
-                return Ok(None);
-            };
-            match var("REDIS_TYPE")
-                .unwrap_or_else(|| "single".into())
-                .to_ascii_lowercase()
-                .as_str()
-            {
-                "single" => RedisTarget::Standalone(to_url(&url, tls, unix)),
-                "cluster" => RedisTarget::Cluster(split_nodes(&url, tls)?),
-                other => {
-                    return Err(Error::Settings(format!(
-                        "REDIS_TYPE: '{other}' is not supported (expected single or cluster)"
-                    )));
-                }
-            }
-        }
-    };
-    let timeout_ms = match flags.redis_timeout_ms {
-        Some(ms) => ms,
-        None => DEFAULT_REDIS_TIMEOUT_MS,
-    };
-    if timeout_ms == 0 {
-        return Err(Error::Settings(
-            "--redis-timeout-ms must be at least 1".into(),
-        ));
-    }
-    let key_prefix = flags
-        .key_prefix
-        .clone()
-        .or_else(|| var("CACHE_KEY_PREFIX"))
-        .unwrap_or_default();
-    crate::store::redis::keys::check_prefix(&key_prefix).map_err(Error::Settings)?;
-    Ok(Some(RedisOptions {
-        target,
-        auth: var("REDIS_AUTH"),
-        key_prefix,
-        timeout: Duration::from_millis(timeout_ms),
-        connect_timeout: REDIS_CONNECT_TIMEOUT,
-    }))
-}
-
-/// envoyproxy/ratelimit takes `host:port` (or a socket path); we also take URLs.
-fn to_url(address: &str, tls: bool, unix: bool) -> String {
-    let address = address.trim();
-    if address.contains("://") {
-        match address.strip_prefix("redis://") {
-            Some(rest) if tls => format!("rediss://{rest}"),
-            _ => address.to_owned(),
-        }
-    } else if unix || address.starts_with('/') {
-        format!("redis+unix://{address}")
-    } else if tls {
-        format!("rediss://{address}")
-    } else {
-        format!("redis://{address}")
-    }
-}
-
-fn split_nodes(list: &str, tls: bool) -> Result<Vec<String>, Error> {
-    let nodes: Vec<String> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(|n| to_url(n, tls, false))
-        .collect();
-    if nodes.is_empty() {
-        return Err(Error::Settings(
-            "Redis Cluster needs at least one seed node".into(),
-        ));
-    }
-    Ok(nodes)
 }
 
 /// The flag wins; otherwise HOST and PORT override the default's parts one by one.
@@ -230,141 +200,5 @@ pub fn parse_bool(text: &str) -> Option<bool> {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn resolve(flags: ServeFlags, vars: &[(&str, &str)]) -> Result<ServeSettings, Error> {
-        let map: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        ServeSettings::resolve(&flags, &|name| map.get(name).cloned())
-    }
-
-    #[test]
-    fn defaults_match_envoyproxy_ratelimit() {
-        let s = resolve(ServeFlags::default(), &[]).unwrap();
-        assert_eq!(s.config, PathBuf::from("config"));
-        assert_eq!(s.grpc_addr, "0.0.0.0:8081".parse().unwrap());
-        assert_eq!(s.http_addr, "0.0.0.0:8080".parse().unwrap());
-        assert!(!s.shadow_mode);
-    }
-
-    #[test]
-    fn environment_applies_when_flags_are_absent() {
-        let vars = [
-            ("RUNTIME_ROOT", "/srv/runtime_data/current"),
-            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
-            ("GRPC_HOST", "127.0.0.1"),
-            ("GRPC_PORT", "9001"),
-            ("PORT", "9002"),
-            ("SHADOW_MODE", "true"),
-        ];
-        let s = resolve(ServeFlags::default(), &vars).unwrap();
-        assert_eq!(
-            s.config,
-            PathBuf::from("/srv/runtime_data/current/ratelimit/config")
-        );
-        assert_eq!(s.grpc_addr, "127.0.0.1:9001".parse().unwrap());
-        assert_eq!(s.http_addr, "0.0.0.0:9002".parse().unwrap());
-        assert!(s.shadow_mode);
-    }
-
-    #[test]
-    fn flags_win_over_environment() {
-        let flags = ServeFlags {
-            config: Some("mine".into()),
-            grpc_addr: Some("127.0.0.1:1".into()),
-            http_addr: Some("127.0.0.1:2".into()),
-            ..Default::default()
-        };
-        let s = resolve(
-            flags,
-            &[("RUNTIME_ROOT", "/x"), ("GRPC_PORT", "9"), ("PORT", "8")],
-        )
-        .unwrap();
-        assert_eq!(s.config, PathBuf::from("mine"));
-        assert_eq!(s.grpc_addr.port(), 1);
-        assert_eq!(s.http_addr.port(), 2);
-    }
-
-    #[test]
-    fn redis_from_environment() {
-        assert_eq!(resolve(ServeFlags::default(), &[]).unwrap().redis, None);
-        let s = resolve(
-            ServeFlags::default(),
-            &[("REDIS_URL", "localhost:6379"), ("REDIS_AUTH", "user:pw")],
-        )
-        .unwrap();
-        let redis = s.redis.unwrap();
-        assert_eq!(
-            redis.target,
-            RedisTarget::Standalone("redis://localhost:6379".into())
-        );
-        assert_eq!(redis.auth.as_deref(), Some("user:pw"));
-        assert!(
-            !format!("{redis:?}").contains("pw"),
-            "credentials never reach Debug output"
-        );
-        let s = resolve(
-            ServeFlags::default(),
-            &[
-                ("REDIS_TYPE", "CLUSTER"),
-                ("REDIS_URL", "a:1, b:2"),
-                ("REDIS_TLS", "true"),
-                ("CACHE_KEY_PREFIX", "rl:"),
-            ],
-        )
-        .unwrap();
-        let redis = s.redis.unwrap();
-        assert_eq!(
-            redis.target,
-            RedisTarget::Cluster(vec!["rediss://a:1".into(), "rediss://b:2".into()])
-        );
-        assert_eq!(redis.key_prefix, "rl:");
-    }
-
-    #[test]
-    fn redis_flags_win_and_are_checked() {
-        let flags = ServeFlags {
-            redis_cluster: Some("127.0.0.1:7000".into()),
-            ..Default::default()
-        };
-        let s = resolve(flags, &[("REDIS_URL", "elsewhere:1")]).unwrap();
-        assert_eq!(
-            s.redis.unwrap().target,
-            RedisTarget::Cluster(vec!["redis://127.0.0.1:7000".into()])
-        );
-        let both = ServeFlags {
-            redis_url: Some("redis://a".into()),
-            redis_cluster: Some("b:1".into()),
-            ..Default::default()
-        };
-        assert!(resolve(both, &[]).is_err());
-        let err = resolve(
-            ServeFlags::default(),
-            &[("REDIS_URL", "a:1"), ("CACHE_KEY_PREFIX", "{x}")],
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("hash tag"), "{err}");
-        let err = resolve(
-            ServeFlags::default(),
-            &[("REDIS_URL", "a:1"), ("REDIS_TYPE", "sentinel")],
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("REDIS_TYPE"), "{err}");
-    }
-
-    #[test]
-    fn bad_values_are_named() {
-        let err = resolve(ServeFlags::default(), &[("SHADOW_MODE", "maybe")]).unwrap_err();
-        assert!(err.to_string().contains("SHADOW_MODE"), "{err}");
-        let err = resolve(ServeFlags::default(), &[("GRPC_PORT", "notaport")]).unwrap_err();
-        assert!(err.to_string().contains("GRPC_HOST:GRPC_PORT"), "{err}");
     }
 }

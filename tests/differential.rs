@@ -37,8 +37,13 @@ impl Rng {
 fn params(algorithm: Algorithm, rng: &mut Rng) -> Params {
     let limit = [1, 3, 7, 20][rng.below(4) as usize];
     let window_ms = [1_000, 60_000, 3_600_000][rng.below(3) as usize];
-    let burst = if algorithm.uses_burst() { [1, limit, 2 * limit + 1][rng.below(3) as usize] } else { limit };
-    let max_delay_ms = (algorithm == Algorithm::LeakyBucket && rng.below(2) == 0).then(|| window_ms / 3);
+    let burst = if algorithm.uses_burst() {
+        [1, limit, 2 * limit + 1][rng.below(3) as usize]
+    } else {
+        limit
+    };
+    let max_delay_ms =
+        (algorithm == Algorithm::LeakyBucket && rng.below(2) == 0).then_some(window_ms / 3);
     Params {
         algorithm,
         limit,
@@ -83,7 +88,10 @@ fn step(rng: &mut Rng, p: &Params) -> u64 {
 async fn run(algorithm: Algorithm, seed: u64) {
     let redis = common::redis::standalone();
     let client = redis::Client::open(redis.url()).expect("redis url");
-    let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
     let prefix = common::redis::unique_prefix(&format!("differential_{}", algorithm.name()));
     let mut rng = Rng(seed);
     let start = 1_764_000_000_000 + rng.below(1_000_000);
@@ -111,9 +119,12 @@ async fn run(algorithm: Algorithm, seed: u64) {
                 })
                 .collect();
             let expected = model.decide_now(&ops);
-            let redis_keys: Vec<String> = ops.iter().map(|op| format!("{prefix}{}", op.key.rule)).collect();
+            let redis_keys: Vec<String> = ops
+                .iter()
+                .map(|op| format!("{prefix}{}", op.key.rule))
+                .collect();
             let refs: Vec<&CounterOp> = ops.iter().collect();
-            let values: Vec<i64> = scripts::batch_invocation(&redis_keys, &refs, Some(now))
+            let values: Vec<i64> = scripts::batch_invocation(&redis_keys, &refs, Some(now), false)
                 .invoke_async(&mut conn)
                 .await
                 .expect("batch script runs");
@@ -131,7 +142,12 @@ async fn run(algorithm: Algorithm, seed: u64) {
             done += ops.len();
         }
     }
-    assert!(disagreements.is_empty(), "{} disagreed:\n{}", algorithm.name(), disagreements.join("\n"));
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreed:\n{}",
+        algorithm.name(),
+        disagreements.join("\n")
+    );
 }
 
 #[tokio::test]

@@ -199,6 +199,10 @@ impl Store for DownStore {
     fn decide<'a>(&'a self, _ops: &'a [CounterOp]) -> StoreFuture<'a> {
         Box::pin(async { Err(StoreError::Unavailable("test store is down".into())) })
     }
+
+    fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+        self.decide(ops)
+    }
 }
 
 #[tokio::test]

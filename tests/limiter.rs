@@ -299,6 +299,7 @@ async fn rule_shadow_mode_reports_ok_and_lets_others_count() {
 async fn global_shadow_mode_keeps_statuses_but_answers_ok() {
     let options = LimiterOptions {
         global_shadow_mode: true,
+        ..Default::default()
     };
     let h = harness(LIMITS, options);
     assert!(ok(&h.one(&[("small", "g")]).await));

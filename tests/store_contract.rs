@@ -10,10 +10,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tollgate::algorithm::{Algorithm, Params};
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
-use tollgate::algorithm::{Algorithm, Params};
 use tollgate::store::{CounterKey, CounterOp, Store};
 
 /// A year-long window: no scenario straddles a boundary by accident.
@@ -26,7 +26,10 @@ thread_local! {
 
 fn op(entries: &[(&str, &str)], limit: u64, cost: u64) -> CounterOp {
     let algorithm = ALGORITHM.with(|a| a.get());
-    let mut entries: Vec<(String, String)> = entries.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut entries: Vec<(String, String)> = entries
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     entries.push(("algorithm".into(), algorithm.name().into()));
     CounterOp {
         key: CounterKey {
@@ -159,7 +162,10 @@ async fn impossible_costs_never_pass(store: &dyn Store) {
 
 async fn shadow_ops_do_not_veto(store: &dyn Store) {
     let mut shadow = op(&[("shadow", "s")], 1, 1);
-    assert_eq!(decide(store, std::slice::from_ref(&shadow)).await, vec![(true, 0)]);
+    assert_eq!(
+        decide(store, std::slice::from_ref(&shadow)).await,
+        vec![(true, 0)]
+    );
     shadow.vetoes = false;
     let normal = op(&[("shadow", "n")], 5, 1);
     assert_eq!(
@@ -180,7 +186,10 @@ async fn refunds_across_slots(store: &dyn Store) {
         .map(|i| op(&[("spread", &format!("v{i}"))], 5, 1))
         .collect();
     let full = op(&[("spread", "full")], 1, 1);
-    assert_eq!(decide(store, std::slice::from_ref(&full)).await, vec![(true, 0)]);
+    assert_eq!(
+        decide(store, std::slice::from_ref(&full)).await,
+        vec![(true, 0)]
+    );
     let mut batch = spread.clone();
     batch.push(full);
     let result = decide(store, &batch).await;

@@ -21,7 +21,10 @@ pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> 
     let diff = new_tat - now;
     if cost <= params.burst && diff <= tau + EPSILON {
         let remaining = floor_u64((tau - diff) / t + EPSILON);
-        return (State { tat: new_tat }, Decision::allow(remaining, ceil_ms(diff)));
+        return (
+            State { tat: new_tat },
+            Decision::allow(remaining, ceil_ms(diff)),
+        );
     }
     let retry = (cost <= params.burst).then(|| ceil_ms(diff - tau));
     (State { tat }, Decision::deny(ceil_ms(tat - now), retry))

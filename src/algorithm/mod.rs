@@ -54,7 +54,10 @@ impl Algorithm {
 
     /// Whether `burst` means something for this algorithm.
     pub fn uses_burst(self) -> bool {
-        matches!(self, Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket)
+        matches!(
+            self,
+            Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket
+        )
     }
 }
 

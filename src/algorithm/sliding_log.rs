@@ -8,8 +8,9 @@ use std::collections::VecDeque;
 use super::{Decision, Params};
 
 /// The largest `requests_per_unit` a sliding_log rule may have. Redis stores each hit
-/// as a sorted-set member (about 60-70 bytes with its score), so a full log of 10,000
-/// hits is under 1 MB per key; beyond that one busy client could cost megabytes.
+/// as a sorted-set member: measured with `MEMORY USAGE` (tests/memory_usage.rs), a full
+/// log costs about 120 bytes per hit, 1.2 MB at 10,000; beyond that one busy client
+/// could cost many megabytes, and every decision reads the whole log.
 pub const MAX_LIMIT: u64 = 10_000;
 
 /// Hit timestamps (ms), oldest first.

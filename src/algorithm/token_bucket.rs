@@ -20,7 +20,11 @@ pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> 
     // Past the instant the bucket is due full (the key's TTL), it is exactly full:
     // refill sums that round a hair below `burst` must not outlive the key in Redis.
     let full_at = at + ceil_ms((burst - tokens) / rate);
-    let available = if now_ms >= full_at { burst } else { burst.min(tokens + elapsed * rate) };
+    let available = if now_ms >= full_at {
+        burst
+    } else {
+        burst.min(tokens + elapsed * rate)
+    };
     let n = cost as f64;
     if cost <= params.burst && n <= available + EPSILON {
         let left = available - n;
@@ -78,7 +82,10 @@ mod tests {
         let (_, d) = decide(s, &p, 100, 1);
         assert!(d.allowed, "one token back after W/L");
         let (_, d) = decide(None, &p, 0, 6);
-        assert_eq!(d.retry_after, None, "more than the bucket holds never passes");
+        assert_eq!(
+            d.retry_after, None,
+            "more than the bucket holds never passes"
+        );
     }
 
     proptest! {

@@ -1,8 +1,10 @@
-//! The command line: `serve`, `validate` and `check`. Each subcommand lives in its own
-//! file and returns a process exit code; `main.rs` only parses and dispatches.
+//! The command line: `serve`, `validate`, `check` and `simulate`. Each subcommand
+//! lives in its own file and returns a process exit code; `main.rs` only parses and
+//! dispatches.
 
 pub mod check;
 pub mod serve;
+pub mod simulate;
 pub mod validate;
 
 use std::path::PathBuf;
@@ -32,6 +34,8 @@ pub enum Command {
     },
     /// Ask a running server for a decision and print it as a table.
     Check(check::CheckArgs),
+    /// Replay a traffic pattern through the algorithm models; print a table, draw an SVG.
+    Simulate(simulate::SimulateArgs),
 }
 
 pub async fn run(cli: Cli) -> ExitCode {
@@ -39,5 +43,6 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Serve(args) => serve::run(args).await,
         Command::Validate { path } => validate::run(&path),
         Command::Check(args) => check::run(args).await,
+        Command::Simulate(args) => simulate::run(args),
     }
 }

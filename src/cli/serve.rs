@@ -1,14 +1,18 @@
 //! `tollgate serve`: resolve settings, validate the config before binding anything,
-//! then serve until SIGTERM or SIGINT.
+//! then serve until SIGTERM or SIGINT (NOT_SERVING at once, a drain period, then the
+//! listeners close and calls in flight finish). The config is reloaded when its
+//! directory changes and on SIGHUP; Redis reachability feeds health.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
 
-use crate::config;
+use crate::config::watch::WatchOptions;
+use crate::health::{self, Health};
 use crate::limiter::{Limiter, LimiterOptions};
-use crate::server::{self, Listeners};
+use crate::reload::{self, ReloadStatus, Reloader, Trigger};
+use crate::server::{self, Listeners, ServeOptions};
 use crate::settings::{ServeFlags, ServeSettings};
 use crate::store::Store;
 use crate::store::memory::MemoryStore;
@@ -17,13 +21,13 @@ use crate::telemetry;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Config file or directory [default: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config, else config/]
+    /// Config file or directory, watched for changes [default: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY, else config/]
     #[arg(long)]
     pub config: Option<std::path::PathBuf>,
     /// gRPC listen address [default: $GRPC_HOST:$GRPC_PORT, else 0.0.0.0:8081]
     #[arg(long)]
     pub grpc_addr: Option<String>,
-    /// HTTP listen address for /healthcheck and /json [default: $HOST:$PORT, else 0.0.0.0:8080]
+    /// HTTP listen address for /healthcheck, /json, /rlconfig, /config.json [default: $HOST:$PORT, else 0.0.0.0:8080]
     #[arg(long)]
     pub http_addr: Option<String>,
     /// Answer OK overall even when over a limit (also $SHADOW_MODE)
@@ -41,6 +45,15 @@ pub struct ServeArgs {
     /// Prefix of every Redis key [default: $CACHE_KEY_PREFIX]
     #[arg(long)]
     pub key_prefix: Option<String>,
+    /// After SIGTERM, keep answering (health NOT_SERVING) this long before closing the listeners
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::settings::DEFAULT_DRAIN_SECONDS)]
+    pub drain_seconds: f64,
+    /// Do not watch the config for changes; reload only on SIGHUP
+    #[arg(long)]
+    pub no_watch: bool,
+    /// Whether an unreachable Redis makes health NOT_SERVING [default: $REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, else true]
+    #[arg(long, value_name = "BOOL")]
+    pub health_check_redis: Option<bool>,
 }
 
 pub async fn run(args: ServeArgs) -> ExitCode {
@@ -58,6 +71,9 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         redis_cluster: args.redis_cluster,
         redis_timeout_ms: args.redis_timeout_ms,
         key_prefix: args.key_prefix,
+        drain_seconds: Some(args.drain_seconds),
+        no_watch: args.no_watch,
+        health_check_redis: args.health_check_redis,
     };
     let settings = match ServeSettings::resolve(&flags, &env) {
         Ok(settings) => settings,
@@ -66,14 +82,35 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let config = match config::load_path(&settings.config) {
-        Ok(config) => config,
-        Err(errors) => {
-            eprintln!("tollgate: cannot start: {errors}");
+    let loaded = match reload::load_set(&settings.config) {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            eprintln!("tollgate: cannot start: {error}");
             return ExitCode::from(2);
         }
     };
-    tracing::info!(path = %settings.config.display(), domains = config.domains().len(), "config loaded");
+    tracing::info!(
+        event = "config_loaded",
+        path = %settings.config.display(),
+        domains = loaded.config.domains().len(),
+        hash = %loaded.hash,
+        generation = 1,
+        "config loaded"
+    );
+    for (name, reason) in &settings.ignored {
+        tracing::info!(
+            event = "setting_ignored",
+            setting = name,
+            reason,
+            "{name} is set but ignored: {reason}"
+        );
+    }
+    if !settings.ignore_dotfiles {
+        tracing::debug!(
+            "names starting with '.' are skipped whatever RUNTIME_IGNOREDOTFILES says: \
+             a ConfigMap's ..data would otherwise load every domain twice"
+        );
+    }
     let store: Arc<dyn Store> = match &settings.redis {
         Some(options) => match RedisStore::connect(options).await {
             Ok(store) => {
@@ -94,12 +131,34 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         }
     };
     let limiter = Arc::new(Limiter::new(
-        config,
+        loaded.config,
         store,
         LimiterOptions {
             global_shadow_mode: settings.shadow_mode,
+            ..Default::default()
         },
     ));
+    let status = Arc::new(ReloadStatus::new(Some(loaded.hash)));
+    let reloader = Arc::new(Reloader::new(
+        limiter.clone(),
+        settings.config.clone(),
+        status.clone(),
+    ));
+    // Before the ports open: a SIGHUP that arrives once we answer must find its handler
+    // (SIGHUP's default action ends the process).
+    let _sighup = reload_on_sighup(reloader.clone());
+    let _watch = settings.watch.then(|| {
+        let mut options = WatchOptions::new(settings.config.clone());
+        options.anchors = settings.watch_anchors.clone();
+        reload::spawn_watch(reloader.clone(), options)
+    });
+    let health = Arc::new(Health::new(true));
+    let _probe = match &settings.redis {
+        Some(options) if settings.health_check_redis => Some(AbortOnDrop(
+            health::spawn_redis_probe(options, health.clone()),
+        )),
+        _ => None,
+    };
     let listeners = match Listeners::bind(settings.grpc_addr, settings.http_addr).await {
         Ok(listeners) => listeners,
         Err(e) => {
@@ -107,12 +166,51 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match server::run(listeners, limiter, shutdown_signal()).await {
+    let options = ServeOptions {
+        health,
+        reload: status,
+        drain: settings.drain,
+    };
+    match server::run_with(listeners, limiter, options, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "server failed");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A background task stopped when its owner goes.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Reloads the config on every SIGHUP (the outcome is logged by the reloader).
+fn reload_on_sighup(reloader: Arc<Reloader>) -> Option<AbortOnDrop> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hangups) => Some(AbortOnDrop(tokio::spawn(async move {
+                while hangups.recv().await.is_some() {
+                    tracing::info!(event = "sighup", "SIGHUP: reloading the config");
+                    let _ = reloader.reload(Trigger::Signal).await;
+                }
+            }))),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGHUP; reload by signal is off");
+                None
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = reloader;
+        None
     }
 }
 

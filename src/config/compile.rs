@@ -10,9 +10,10 @@ use serde_saphyr::Spanned;
 use super::error::ConfigError;
 use super::glob::Glob;
 use super::limit;
-use super::rule::{Rule, RuleKind};
+use super::response;
+use super::rule::{Rule, RuleKind, Tarpit};
 use super::schema::{DescriptorYaml, DomainYaml};
-use super::tree::{Branch, Domain, Level, Node};
+use super::tree::{Branch, Domain, FailureMode, Level, Node};
 
 /// Compiles one file's contents. Errors are appended to `errors`; a domain comes back
 /// only when the file had none.
@@ -57,10 +58,30 @@ pub fn compile_domain(
     };
     let root = compiler.level(&scope, yaml.descriptors.unwrap_or_default());
     let rules = compiler.rules;
+    let mut report =
+        |line: u64, message: String| errors.push(ConfigError::new(file, Some(line), message));
+    let raw_body = response::raw_body(yaml.raw_body, &mut report);
+    let failure_mode = match &yaml.failure_mode {
+        None => FailureMode::default(),
+        Some(m) => FailureMode::parse(&m.value).unwrap_or_else(|| {
+            let expected: Vec<&str> = FailureMode::ALL.iter().map(|(_, n)| *n).collect();
+            report(
+                m.referenced.line(),
+                format!(
+                    "failure_mode: unknown mode '{}' (expected one of {})",
+                    m.value,
+                    expected.join(", ")
+                ),
+            );
+            FailureMode::default()
+        }),
+    };
     (errors.len() == before).then(|| Domain {
         name: name.into(),
         root,
         rules,
+        raw_body,
+        failure_mode,
     })
 }
 
@@ -135,10 +156,18 @@ impl Compiler<'_> {
                     ),
                 );
             }
+            let (file, source) = (self.file, self.source);
+            let mut tarpit_errors = Vec::new();
+            let mut report = |line: u64, message: String| {
+                tarpit_errors.push(ConfigError::new(file, Some(line), message))
+            };
+            let tarpit = response::tarpit(source, &what, d.tarpit.take(), &mut report);
+            self.errors.append(&mut tarpit_errors);
             let flags = RuleFlags {
                 shadow_mode: d.shadow_mode.unwrap_or(false),
                 detailed_metric: d.detailed_metric.unwrap_or(false),
                 hash_tag: hash_tag.clone(),
+                tarpit,
             };
             let rule = self.rule(&path, flags, &mut d, line);
             let child_scope = Scope {
@@ -292,6 +321,7 @@ impl Compiler<'_> {
             shadow_mode: flags.shadow_mode,
             detailed_metric: flags.detailed_metric,
             hash_tag: flags.hash_tag,
+            tarpit: flags.tarpit,
         };
         self.rules.push(rule.clone());
         ok.then_some(rule)
@@ -317,6 +347,7 @@ struct RuleFlags {
     shadow_mode: bool,
     detailed_metric: bool,
     hash_tag: Option<Arc<[Arc<str>]>>,
+    tarpit: Option<Tarpit>,
 }
 
 /// Files the node under its value kind; false when that value is already taken.

@@ -1,23 +1,26 @@
 //! Configuration: the YAML schema ([`schema`]), validation into an immutable compiled
 //! form ([`compile`], [`tree`], [`rule`]), and loading a file or directory ([`load`]).
-//! The server holds a [`Config`] behind an atomic pointer and swaps whole sets.
+//! The server holds a [`Config`] behind an atomic pointer and swaps whole sets;
+//! [`watch`] reports changes on disk (the reload itself is `crate::reload`).
 
 pub mod compile;
 pub mod error;
 pub mod glob;
 pub mod limit;
 pub mod load;
+pub mod response;
 pub mod rule;
 pub mod schema;
 pub mod tree;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use load::{load_path, load_sources};
-pub use rule::{Limit, Rule, RuleKind, Unit};
-pub use tree::Domain;
+pub use rule::{Limit, Rule, RuleKind, Tarpit, Unit};
+pub use tree::{Domain, FailureMode, RawBody};
 
 /// A validated config set: every domain by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

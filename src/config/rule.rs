@@ -122,7 +122,9 @@ impl Limit {
     }
 
     pub fn window_secs(&self) -> u64 {
-        self.unit.seconds().saturating_mul(u64::from(self.unit_multiplier.max(1)))
+        self.unit
+            .seconds()
+            .saturating_mul(u64::from(self.unit_multiplier.max(1)))
     }
 
     /// The arithmetic the algorithms and scripts need.
@@ -132,7 +134,9 @@ impl Limit {
             limit: u64::from(self.requests_per_unit),
             window_ms: self.window_secs().saturating_mul(1000),
             burst: u64::from(self.burst.unwrap_or(self.requests_per_unit)),
-            max_delay_ms: self.max_delay.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            max_delay_ms: self
+                .max_delay
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         }
     }
 }
@@ -164,6 +168,18 @@ pub struct Rule {
     /// hash tag of this rule's counters (nearest `hash_tag` up the tree, else the
     /// domain's); `None` tags with every entry.
     pub hash_tag: Option<Arc<[Arc<str>]>>,
+    /// tollgate extension: hold this rule's OVER_LIMIT answers back.
+    pub tarpit: Option<Tarpit>,
+}
+
+/// Delaying denials: Envoy holds the client's request while tollgate waits, so an
+/// attacker's request rate drops to its concurrency over `delay`. At most
+/// `max_concurrent` answers of one rule wait at once; beyond that they are immediate,
+/// so tarpitting cannot exhaust tollgate itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tarpit {
+    pub delay: Duration,
+    pub max_concurrent: u32,
 }
 
 impl Rule {
@@ -173,7 +189,10 @@ impl Rule {
             RuleKind::Limited(limits) => limits.as_slice(),
             RuleKind::Unlimited => &[],
         };
-        self.name.as_deref().into_iter().chain(limits.iter().filter_map(|l| l.name.as_deref()))
+        self.name
+            .as_deref()
+            .into_iter()
+            .chain(limits.iter().filter_map(|l| l.name.as_deref()))
     }
 }
 

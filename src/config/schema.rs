@@ -16,6 +16,26 @@ pub struct DomainYaml {
     pub descriptors: Option<Vec<Spanned<DescriptorYaml>>>,
     /// tollgate extension: descriptor keys forming the Redis Cluster hash tag.
     pub hash_tag: Option<Spanned<Vec<String>>>,
+    /// tollgate extension: the body Envoy sends with this domain's 429s.
+    pub raw_body: Option<Spanned<RawBodyYaml>>,
+    /// tollgate extension: allow | deny | error | local while the store is away.
+    pub failure_mode: Option<Spanned<String>>,
+}
+
+/// The 429 body: text (with `{limit}` and `{retry_after}` filled in) and its type.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBodyYaml {
+    pub body: Option<String>,
+    pub content_type: Option<String>,
+}
+
+/// Holding OVER_LIMIT answers back, so an attacker's connection waits.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TarpitYaml {
+    pub delay: Option<Spanned<String>>,
+    pub max_concurrent: Option<Spanned<u32>>,
 }
 
 /// One node of the descriptor tree.
@@ -34,6 +54,8 @@ pub struct DescriptorYaml {
     pub value_to_metric: Option<bool>,
     /// tollgate extension: overrides the domain's `hash_tag` for this subtree.
     pub hash_tag: Option<Spanned<Vec<String>>>,
+    /// tollgate extension: delay this rule's OVER_LIMIT answers.
+    pub tarpit: Option<Spanned<TarpitYaml>>,
 }
 
 /// The limit attached to a descriptor node.

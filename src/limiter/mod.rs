@@ -3,8 +3,11 @@
 //! build the per-descriptor statuses in request order, and hold a shaped (leaky
 //! bucket) request until its turn.
 
+pub mod answer;
 pub mod bounds;
+pub mod fallback;
 pub mod plan;
+pub mod tarpit;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -12,9 +15,10 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
+use self::answer::HeaderStyle;
 use self::plan::{Limits, Resolved};
 use crate::algorithm::Decision;
-use crate::config::{Config, Limit, Rule};
+use crate::config::{Config, FailureMode, Limit, Rule};
 use crate::error::Error;
 use crate::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use crate::proto::{RateLimitRequest, RateLimitResponse};
@@ -25,6 +29,12 @@ use crate::store::{CounterOp, Store};
 pub struct LimiterOptions {
     /// `SHADOW_MODE`: decide and report, but answer OK overall.
     pub global_shadow_mode: bool,
+    /// Rate-limit headers added to responses.
+    pub headers: HeaderStyle,
+    /// Up to this much is added at random to `Retry-After` (full jitter).
+    pub retry_after_jitter: Duration,
+    /// Replicas sharing the limits; `failure_mode: local` admits 1/N of each.
+    pub replicas: u32,
 }
 
 /// Holds the live config snapshot and the store; shared by the gRPC and HTTP fronts.
@@ -32,6 +42,8 @@ pub struct Limiter {
     config: ArcSwap<Config>,
     store: Arc<dyn Store>,
     options: LimiterOptions,
+    tarpits: tarpit::Tarpits,
+    fallback: fallback::Fallback,
 }
 
 /// One descriptor's part of the batch.
@@ -50,6 +62,8 @@ impl Limiter {
         Self {
             config: ArcSwap::from_pointee(config),
             store,
+            tarpits: tarpit::Tarpits::default(),
+            fallback: fallback::Fallback::new(options.replicas),
             options,
         }
     }
@@ -63,7 +77,10 @@ impl Limiter {
         self.config.store(Arc::new(config));
     }
 
-    pub async fn should_rate_limit(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Error> {
+    pub async fn should_rate_limit(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, Error> {
         bounds::validate(request)?;
         let snapshot = self.config.load();
         let domain = snapshot.domain(&request.domain);
@@ -91,9 +108,15 @@ impl Limiter {
                     plans.push(Plan::Unlimited);
                     continue;
                 }
-                Resolved::Limited { limits, rule, shared } => (limits, rule, shared),
+                Resolved::Limited {
+                    limits,
+                    rule,
+                    shared,
+                } => (limits, rule, shared),
             };
-            let domain_name = domain.map(|d| &d.name).expect("limits come only from a known domain");
+            let domain_name = domain
+                .map(|d| &d.name)
+                .expect("limits come only from a known domain");
             let cost = descriptor.hits_addend.unwrap_or(default_cost);
             let shadow = rule.is_some_and(|r| r.shadow_mode) || self.options.global_shadow_mode;
             let first = ops.len();
@@ -115,23 +138,96 @@ impl Limiter {
         let decisions = if ops.is_empty() {
             Vec::new()
         } else {
-            self.store.decide(&ops).await?
+            match self.store.decide(&ops).await {
+                Ok(decisions) => decisions,
+                Err(error) => {
+                    let mode = domain.map_or(FailureMode::default(), |d| d.failure_mode);
+                    self.fallback.decide(mode, &ops, error, &request.domain)?
+                }
+            }
         };
 
-        let mut overall = Code::Ok;
-        let statuses = plans
+        let reports: Vec<Report<'_>> = plans
             .iter()
-            .map(|plan| {
-                let status = status(plan, &decisions);
-                if status.code == Code::OverLimit as i32 {
-                    overall = Code::OverLimit;
-                }
-                status
+            .map(|plan| report(plan, &ops, &decisions))
+            .collect();
+        let enforced_denial = reports.iter().any(|r| r.denial.is_some());
+        let mut response = RateLimitResponse {
+            overall_code: if enforced_denial {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            } as i32,
+            statuses: reports.iter().map(|r| r.status.clone()).collect(),
+            ..Default::default()
+        };
+        let windows: Vec<Option<u64>> = reports.iter().map(|r| r.window_secs).collect();
+        response.response_headers_to_add =
+            answer::rate_limit_headers(&self.options.headers, &response.statuses, &windows);
+
+        // Shadow mode: the request goes through, marked for the upstream, and logged.
+        let shadowed: Vec<&Report<'_>> = reports
+            .iter()
+            .filter(|r| {
+                r.shadow_exceeded || (self.options.global_shadow_mode && r.denial.is_some())
             })
             .collect();
+        for r in &shadowed {
+            tracing::info!(
+                event = "shadow_exceeded",
+                domain = %request.domain,
+                rule = r.rule.map_or("(override)", |rule| &rule.path),
+                key = %r.key,
+                "a shadow-mode limit was exceeded; the request was allowed"
+            );
+        }
+        if !shadowed.is_empty() {
+            response
+                .request_headers_to_add
+                .push(answer::shadow_header());
+        }
 
-        // Shaping: an admitted request is answered when its turn in the queue comes.
-        if overall == Code::Ok {
+        if enforced_denial && !self.options.global_shadow_mode {
+            // The request passes only when every denying counter does: wait for the
+            // slowest; "never" for any means no Retry-After at all.
+            let retries: Vec<Option<Duration>> = reports
+                .iter()
+                .filter_map(|r| r.denial.map(|d| d.retry_after))
+                .collect();
+            let retry_after = retries
+                .iter()
+                .copied()
+                .collect::<Option<Vec<_>>>()
+                .and_then(|r| r.into_iter().max());
+            if let Some(retry) = retry_after {
+                response
+                    .response_headers_to_add
+                    .push(answer::retry_after_header(
+                        retry,
+                        self.options.retry_after_jitter,
+                    ));
+            }
+            if let Some(domain) = domain {
+                let limit = reports
+                    .iter()
+                    .find_map(|r| r.denial.map(|d| d.limit_name))
+                    .unwrap_or_default();
+                let (body, content_type) =
+                    answer::denied_body(&domain.raw_body, limit, retry_after);
+                response.raw_body = body;
+                response.response_headers_to_add.push(content_type);
+            }
+            // Hold the answer back if a denying rule has a tarpit (the longest wins).
+            let pit = reports
+                .iter()
+                .filter(|r| r.denial.is_some())
+                .filter_map(|r| r.rule.and_then(|rule| rule.tarpit.map(|t| (rule, t))))
+                .max_by_key(|(_, t)| t.delay);
+            if let Some((rule, tarpit)) = pit {
+                self.tarpits.hold(rule, tarpit).await;
+            }
+        } else if !enforced_denial {
+            // Shaping: an admitted request is answered when its turn in the queue comes.
             let wait = ops
                 .iter()
                 .zip(&decisions)
@@ -146,13 +242,81 @@ impl Limiter {
         // Global shadow mode changes only the overall answer: the statuses still say
         // which descriptors were over, as envoyproxy/ratelimit reports them.
         if self.options.global_shadow_mode {
-            overall = Code::Ok;
+            response.overall_code = Code::Ok as i32;
         }
-        Ok(RateLimitResponse {
-            overall_code: overall as i32,
-            statuses,
-            ..Default::default()
-        })
+        Ok(response)
+    }
+}
+
+/// Why a descriptor denies the request.
+#[derive(Debug, Clone, Copy)]
+struct Denial<'a> {
+    retry_after: Option<Duration>,
+    limit_name: &'a str,
+}
+
+/// One descriptor's outcome: its status, and what the rest of the answer needs.
+struct Report<'a> {
+    status: DescriptorStatus,
+    rule: Option<&'a Rule>,
+    /// The reported limit's window, for the IETF policy header.
+    window_secs: Option<u64>,
+    /// Set when an enforced limit of this descriptor denied.
+    denial: Option<Denial<'a>>,
+    /// A shadow-mode rule of this descriptor was over its limit.
+    shadow_exceeded: bool,
+    /// The counter key's entries, for log events.
+    key: String,
+}
+
+fn report<'a>(plan: &'a Plan<'a>, ops: &[CounterOp], decisions: &[Decision]) -> Report<'a> {
+    let status = status(plan, decisions);
+    let Plan::Limited {
+        limits,
+        rule,
+        ops: range,
+    } = plan
+    else {
+        return Report {
+            status,
+            rule: None,
+            window_secs: None,
+            denial: None,
+            shadow_exceeded: false,
+            key: String::new(),
+        };
+    };
+    let limits = limits.as_slice();
+    let own = &decisions[range.clone()];
+    let denied = own.iter().position(|d| !d.allowed);
+    let shadow = rule.is_some_and(|r| r.shadow_mode);
+    let reported = denied.unwrap_or_else(|| {
+        own.iter()
+            .enumerate()
+            .min_by_key(|(_, d)| d.remaining)
+            .map_or(0, |(i, _)| i)
+    });
+    let key = ops[range.start]
+        .key
+        .entries
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    Report {
+        status,
+        rule: *rule,
+        window_secs: Some(limits[reported].window_secs()),
+        denial: denied.filter(|_| !shadow).map(|i| Denial {
+            retry_after: own[i].retry_after,
+            limit_name: limits[i]
+                .name
+                .as_deref()
+                .or(rule.map(|r| &*r.path))
+                .unwrap_or_default(),
+        }),
+        shadow_exceeded: shadow && denied.is_some(),
+        key,
     }
 }
 
@@ -179,12 +343,21 @@ fn status(plan: &Plan<'_>, decisions: &[Decision]) -> DescriptorStatus {
     let reported = own
         .iter()
         .position(|d| !d.allowed)
-        .or_else(|| own.iter().enumerate().min_by_key(|(_, d)| d.remaining).map(|(i, _)| i))
+        .or_else(|| {
+            own.iter()
+                .enumerate()
+                .min_by_key(|(_, d)| d.remaining)
+                .map(|(i, _)| i)
+        })
         .unwrap_or(0);
     let (decision, limit): (&Decision, &Limit) = (&own[reported], &limits[reported]);
     // A shadow-mode rule is counted and reported, never enforced.
     let shadow = rule.is_some_and(|r| r.shadow_mode);
-    let code = if decision.allowed || shadow { Code::Ok } else { Code::OverLimit };
+    let code = if decision.allowed || shadow {
+        Code::Ok
+    } else {
+        Code::OverLimit
+    };
     DescriptorStatus {
         code: code as i32,
         current_limit: Some(RateLimit {
@@ -196,9 +369,17 @@ fn status(plan: &Plan<'_>, decisions: &[Decision]) -> DescriptorStatus {
         // Whole seconds, rounded up: Envoy's X-RateLimit-Reset header is in seconds,
         // and 0 would tell a client to retry before anything changed.
         duration_until_reset: Some(prost_types::Duration {
-            seconds: i64::try_from(decision.reset_after.as_millis().div_ceil(1000)).unwrap_or(i64::MAX),
+            seconds: i64::try_from(decision.reset_after.as_millis().div_ceil(1000))
+                .unwrap_or(i64::MAX),
             nanos: 0,
         }),
         quota: None,
+    }
+}
+
+impl Limiter {
+    /// Fallback decisions taken so far, per failure mode.
+    pub fn fallback_counts(&self) -> Vec<(FailureMode, u64)> {
+        self.fallback.counts()
     }
 }

@@ -43,10 +43,17 @@ pub enum Resolved<'a> {
 
 /// Envoy's per-descriptor `limit` wins over the config (the domain must still be
 /// known); otherwise the matcher decides.
-pub fn resolve<'a>(domain: &'a Domain, index: usize, descriptor: &RateLimitDescriptor) -> Result<Resolved<'a>, Error> {
+pub fn resolve<'a>(
+    domain: &'a Domain,
+    index: usize,
+    descriptor: &RateLimitDescriptor,
+) -> Result<Resolved<'a>, Error> {
     if let Some(limit) = &descriptor.limit {
         let unit = Unit::from_proto(limit.unit).ok_or_else(|| {
-            Error::InvalidRequest(format!("descriptor {index}: limit override has unknown unit {}", limit.unit))
+            Error::InvalidRequest(format!(
+                "descriptor {index}: limit override has unknown unit {}",
+                limit.unit
+            ))
         })?;
         return Ok(Resolved::Limited {
             limits: Limits::Override(Limit::fixed(limit.requests_per_unit, unit)),
@@ -54,7 +61,10 @@ pub fn resolve<'a>(domain: &'a Domain, index: usize, descriptor: &RateLimitDescr
             shared: 0,
         });
     }
-    let entries = descriptor.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
+    let entries = descriptor
+        .entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.value.as_str()));
     Ok(match matcher::find(domain, entries) {
         None => Resolved::NoLimit,
         Some(m) => match &m.rule.kind {
@@ -75,7 +85,9 @@ pub fn apply_replaces(resolved: &mut [Resolved<'_>]) {
     let replaced: Vec<&str> = resolved
         .iter()
         .filter_map(|r| match r {
-            Resolved::Limited { rule: Some(rule), .. } => Some(rule.replaces.iter().map(|r| &**r)),
+            Resolved::Limited {
+                rule: Some(rule), ..
+            } => Some(rule.replaces.iter().map(|r| &**r)),
             _ => None,
         })
         .flatten()
@@ -84,7 +96,9 @@ pub fn apply_replaces(resolved: &mut [Resolved<'_>]) {
         return;
     }
     for r in resolved.iter_mut() {
-        if let Resolved::Limited { rule: Some(rule), .. } = r
+        if let Resolved::Limited {
+            rule: Some(rule), ..
+        } = r
             && rule.names().any(|name| replaced.contains(&name))
         {
             *r = Resolved::NoLimit;
@@ -106,7 +120,11 @@ pub fn counter_key(
         .map(|(i, e)| {
             // All values of a share_threshold wildcard count against one counter; the
             // rule path (which contains the pattern) keeps it apart from other nodes.
-            let value = if i < 64 && shared & (1 << i) != 0 { "*" } else { e.value.as_str() };
+            let value = if i < 64 && shared & (1 << i) != 0 {
+                "*"
+            } else {
+                e.value.as_str()
+            };
             (e.key.clone(), value.to_owned())
         })
         .collect();

@@ -56,6 +56,10 @@ impl MemoryStore {
 
     /// Decides a batch synchronously; see [`Store`] for the contract.
     pub fn decide_now(&self, ops: &[CounterOp]) -> Vec<Decision> {
+        self.decide_batch(ops, false)
+    }
+
+    fn decide_batch(&self, ops: &[CounterOp], dry_run: bool) -> Vec<Decision> {
         let now = self.clock.now_millis();
         let mut inner = self.lock();
         inner.sweep(now);
@@ -63,7 +67,7 @@ impl MemoryStore {
         // Tentative states, one per op, so later ops on the same counter see earlier ones.
         let mut tentative: Vec<State> = Vec::with_capacity(ops.len());
         let mut decisions = Vec::with_capacity(ops.len());
-        let mut vetoed = false;
+        let mut vetoed = dry_run;
         for (i, op) in ops.iter().enumerate() {
             let prior = match ops[..i].iter().rposition(|earlier| earlier.key == op.key) {
                 Some(j) => Some(&tentative[j]),
@@ -81,7 +85,8 @@ impl MemoryStore {
             // on the untouched state, and no shaping wait for what was not consumed.
             for (op, decision) in ops.iter().zip(decisions.iter_mut()) {
                 if decision.allowed {
-                    let check = algorithm::decide(inner.current(&op.key, now), &op.params, now, 0).1;
+                    let check =
+                        algorithm::decide(inner.current(&op.key, now), &op.params, now, 0).1;
                     decision.remaining = check.remaining;
                     decision.reset_after = check.reset_after;
                     decision.delay = std::time::Duration::ZERO;
@@ -132,7 +137,12 @@ impl Default for MemoryStore {
 
 impl Store for MemoryStore {
     fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        let decisions = self.decide_now(ops);
+        let decisions = self.decide_batch(ops, false);
+        Box::pin(async move { Ok(decisions) })
+    }
+
+    fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+        let decisions = self.decide_batch(ops, true);
         Box::pin(async move { Ok(decisions) })
     }
 }

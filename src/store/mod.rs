@@ -1,7 +1,10 @@
 //! The store seam: a batch of counter operations in, one decision per operation out,
 //! decided atomically for the batch. Implementations: [`memory`] (one process) and
-//! [`redis`] (standalone or cluster, shared by every replica).
+//! [`redis`] (standalone or cluster, shared by every replica); wrappers: [`breaker`]
+//! (fail fast while the store is down) and [`cache`] (answer known denials locally).
 
+pub mod breaker;
+pub mod cache;
 pub mod memory;
 pub mod redis;
 
@@ -47,6 +50,9 @@ pub enum StoreError {
     Timeout(std::time::Duration),
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The circuit breaker is open after consecutive failures: not even tried.
+    #[error("store circuit open after repeated failures (retrying in {0:?})")]
+    CircuitOpen(std::time::Duration),
 }
 
 pub type StoreFuture<'a> =
@@ -61,4 +67,8 @@ pub type StoreFuture<'a> =
 /// operation is consumed. A counter never admits more than its limit.
 pub trait Store: Send + Sync + 'static {
     fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a>;
+
+    /// Decides as if the request were already denied: the same decisions, nothing
+    /// consumed. For true statuses of a request denied before the store was asked.
+    fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a>;
 }

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod envoy;
 pub mod process;
 pub mod redis;
 pub mod server;

@@ -61,6 +61,13 @@ fn redact_target(target: &RedisTarget) -> String {
     }
 }
 
+/// redis-rs' own response timeout, kept well above ours: the store's timeout answers
+/// the request, and the client's must not also fire on a slow burst (it may drop the
+/// multiplexed connection every other request is waiting on).
+fn client_timeout(ours: Duration) -> Duration {
+    (ours * 4).max(Duration::from_secs(1))
+}
+
 pub enum Connection {
     Standalone(ConnectionManager),
     Cluster(ClusterConnection),
@@ -92,7 +99,7 @@ pub async fn connect(options: &RedisOptions) -> Result<Connection, String> {
                     .map_err(fail)?;
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(options.connect_timeout))
-                .set_response_timeout(Some(options.timeout.max(Duration::from_millis(1))))
+                .set_response_timeout(Some(client_timeout(options.timeout)))
                 .set_number_of_retries(2);
             let manager = tokio::time::timeout(
                 options.connect_timeout,
@@ -116,7 +123,7 @@ pub async fn connect(options: &RedisOptions) -> Result<Connection, String> {
                 .map_err(fail)?;
             let client = ClusterClientBuilder::new(infos)
                 .connection_timeout(options.connect_timeout)
-                .response_timeout(options.timeout.max(Duration::from_millis(1)))
+                .response_timeout(client_timeout(options.timeout))
                 .build()
                 .map_err(fail)?;
             let conn = tokio::time::timeout(options.connect_timeout, client.get_async_connection())

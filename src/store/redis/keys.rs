@@ -66,7 +66,12 @@ pub fn encode(prefix: &str, counter: &CounterKey) -> String {
         key.push('=');
         escape_into(&mut key, v);
     }
-    let _ = write!(key, ":{}:{}", short_name(counter.algorithm), counter.window_secs);
+    let _ = write!(
+        key,
+        ":{}:{}",
+        short_name(counter.algorithm),
+        counter.window_secs
+    );
     key
 }
 

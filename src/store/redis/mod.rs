@@ -71,8 +71,9 @@ impl RedisStore {
         &self,
         keys: &[String],
         ops: &[&CounterOp],
+        dry_run: bool,
     ) -> Result<Vec<Reply>, StoreError> {
-        let invocation = scripts::batch_invocation(keys, ops, None);
+        let invocation = scripts::batch_invocation(keys, ops, None, dry_run);
         let values: Vec<i64> = self
             .invoke(&invocation)
             .await
@@ -80,7 +81,11 @@ impl RedisStore {
         scripts::parse_batch_reply(&values, ops.len()).map_err(StoreError::Unavailable)
     }
 
-    async fn decide_batch(&self, ops: &[CounterOp]) -> Result<Vec<Decision>, StoreError> {
+    async fn decide_batch(
+        &self,
+        ops: &[CounterOp],
+        dry_run: bool,
+    ) -> Result<Vec<Decision>, StoreError> {
         let keys: Vec<String> = ops
             .iter()
             .map(|op| keys::encode(&self.prefix, &op.key))
@@ -93,7 +98,7 @@ impl RedisStore {
         let results = join_all(groups.iter().map(|indices| {
             let group_keys: Vec<String> = indices.iter().map(|&i| keys[i].clone()).collect();
             let group_ops: Vec<&CounterOp> = indices.iter().map(|&i| &ops[i]).collect();
-            async move { self.run_group(&group_keys, &group_ops).await }
+            async move { self.run_group(&group_keys, &group_ops, dry_run).await }
         }))
         .await;
 
@@ -105,10 +110,11 @@ impl RedisStore {
         for (indices, result) in groups.iter().zip(results) {
             match result {
                 Ok(group_replies) => {
-                    let group_vetoed = indices
-                        .iter()
-                        .zip(&group_replies)
-                        .any(|(&i, r)| ops[i].vetoes && !r.decision.allowed);
+                    let group_vetoed = dry_run
+                        || indices
+                            .iter()
+                            .zip(&group_replies)
+                            .any(|(&i, r)| ops[i].vetoes && !r.decision.allowed);
                     vetoed |= group_vetoed;
                     if !group_vetoed {
                         committed.push(indices);
@@ -197,13 +203,25 @@ fn group_by_slot(keys: &[String]) -> Vec<Vec<usize>> {
     groups.into_iter().map(|(_, g)| g).collect()
 }
 
+impl RedisStore {
+    async fn within_timeout(
+        &self,
+        ops: &[CounterOp],
+        dry_run: bool,
+    ) -> Result<Vec<Decision>, StoreError> {
+        match tokio::time::timeout(self.timeout, self.decide_batch(ops, dry_run)).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(self.timeout)),
+        }
+    }
+}
+
 impl Store for RedisStore {
     fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        Box::pin(async move {
-            match tokio::time::timeout(self.timeout, self.decide_batch(ops)).await {
-                Ok(result) => result,
-                Err(_) => Err(StoreError::Timeout(self.timeout)),
-            }
-        })
+        Box::pin(self.within_timeout(ops, false))
+    }
+
+    fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+        Box::pin(self.within_timeout(ops, true))
     }
 }

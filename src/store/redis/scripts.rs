@@ -29,8 +29,10 @@ fn with_modules(entry: &str) -> Script {
     Script::new(&format!("{}\n{entry}", MODULES.join("\n")))
 }
 
-pub static BATCH: LazyLock<Script> = LazyLock::new(|| with_modules(include_str!("../../../lua/batch.lua")));
-pub static REFUND: LazyLock<Script> = LazyLock::new(|| with_modules(include_str!("../../../lua/refund.lua")));
+pub static BATCH: LazyLock<Script> =
+    LazyLock::new(|| with_modules(include_str!("../../../lua/batch.lua")));
+pub static REFUND: LazyLock<Script> =
+    LazyLock::new(|| with_modules(include_str!("../../../lua/refund.lua")));
 
 /// Values per operation in the batch script's reply.
 const REPLY_STRIDE: usize = 6;
@@ -38,14 +40,22 @@ const REPLY_STRIDE: usize = 6;
 /// Lua numbers are doubles: costs above the burst or limit are all equally
 /// impossible, so they are clamped to stay exact.
 fn wire_cost(op: &CounterOp) -> u64 {
-    op.cost.min(op.params.limit.max(op.params.burst).saturating_add(1))
+    op.cost
+        .min(op.params.limit.max(op.params.burst).saturating_add(1))
 }
 
 /// One batch invocation for the operations of one slot group. `now_ms` is for tests
-/// only: production passes `None` and the script reads the shard's clock.
-pub fn batch_invocation<'a>(keys: &[String], ops: &[&CounterOp], now_ms: Option<u64>) -> ScriptInvocation<'a> {
+/// only: production passes `None` and the script reads the shard's clock. A dry run
+/// decides and writes nothing.
+pub fn batch_invocation<'a>(
+    keys: &[String],
+    ops: &[&CounterOp],
+    now_ms: Option<u64>,
+    dry_run: bool,
+) -> ScriptInvocation<'a> {
     let mut invocation = BATCH.prepare_invoke();
     invocation.arg(now_ms.map_or_else(String::new, |ms| ms.to_string()));
+    invocation.arg(u8::from(dry_run));
     for (key, op) in keys.iter().zip(ops) {
         let p = &op.params;
         invocation
@@ -54,7 +64,10 @@ pub fn batch_invocation<'a>(keys: &[String], ops: &[&CounterOp], now_ms: Option<
             .arg(p.limit)
             .arg(p.window_ms.max(1000))
             .arg(p.burst)
-            .arg(p.max_delay_ms.map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)))
+            .arg(
+                p.max_delay_ms
+                    .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+            )
             .arg(wire_cost(op))
             .arg(u8::from(op.vetoes));
     }
@@ -110,7 +123,8 @@ pub fn parse_batch_reply(values: &[i64], n: usize) -> Result<Vec<Reply>, String>
                     allowed,
                     remaining: non_negative(chunk[1]),
                     reset_after: Duration::from_millis(non_negative(chunk[2])),
-                    retry_after: (!allowed && chunk[3] >= 0).then(|| Duration::from_millis(non_negative(chunk[3]))),
+                    retry_after: (!allowed && chunk[3] >= 0)
+                        .then(|| Duration::from_millis(non_negative(chunk[3]))),
                     delay: Duration::from_micros(non_negative(chunk[4])),
                 },
                 token: chunk[5],

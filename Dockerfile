@@ -1,0 +1,36 @@
+# syntax=docker/dockerfile:1
+# tollgate's image: built in the official Rust image, run on Debian slim as an
+# unprivileged user (uid 10001), nothing else installed. No OpenSSL (TLS to Redis is
+# rustls) and no protoc (build.rs compiles the protos with protox).
+#
+#   docker build -t tollgate:local .
+#   docker run --rm -p 8081:8081 -p 8080:8080 tollgate:local      # in-memory counters
+#
+# The image carries config/ as /srv/tollgate/config; mount your own directory there
+# (docker-compose.yml) or point RUNTIME_ROOT/RUNTIME_SUBDIRECTORY at a mount and run
+# plain `serve` (deploy/kubernetes/deployment.yaml). Debian rather than distroless:
+# the Kubernetes preStop hook runs `sleep`.
+
+ARG RUST_VERSION=1
+
+FROM rust:${RUST_VERSION}-slim-bookworm AS build
+WORKDIR /src
+# .dockerignore keeps target/, .venv/ and .git/ out of the context.
+COPY . .
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin tollgate \
+    && install -D -m 0755 target/release/tollgate /out/tollgate
+
+FROM debian:bookworm-slim AS runtime
+RUN groupadd --system --gid 10001 tollgate \
+    && useradd --system --uid 10001 --gid tollgate --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin tollgate
+COPY --from=build /out/tollgate /usr/local/bin/tollgate
+COPY config/ /srv/tollgate/config/
+WORKDIR /srv/tollgate
+USER 10001:10001
+# gRPC (RateLimitService, grpc.health.v1, reflection) and HTTP (/healthcheck, /json).
+EXPOSE 8081 8080
+ENTRYPOINT ["/usr/local/bin/tollgate"]
+CMD ["serve", "--config", "/srv/tollgate/config"]

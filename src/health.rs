@@ -1,0 +1,206 @@
+//! Readiness, decided in one place: SERVING only with a config loaded, the backend
+//! reachable (when it is checked) and no shutdown under way. grpc.health.v1 and
+//! `GET /healthcheck` both read [`Health`]; the server subscribes to its changes.
+//!
+//! The memory store is always reachable. Redis is probed by [`spawn_redis_probe`]:
+//! a PING every [`PROBE_INTERVAL`] on a connection of its own (so it never queues
+//! behind rate-limit traffic); [`UNREACHABLE_AFTER`] failures in a row mark the backend
+//! unreachable, one success marks it reachable again.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::store::redis::connect::{self, Connection, RedisOptions};
+
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// Bound on one probe PING.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Consecutive failed probes before the backend counts as unreachable: one slow PING
+/// must not take every replica out of service at once.
+pub const UNREACHABLE_AFTER: u32 = 3;
+
+/// The inputs of readiness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthState {
+    pub config_loaded: bool,
+    pub backend_reachable: bool,
+    pub draining: bool,
+}
+
+impl HealthState {
+    pub fn serving(&self) -> bool {
+        self.config_loaded && self.backend_reachable && !self.draining
+    }
+
+    /// Why not serving, for `/healthcheck`'s body and logs; `None` when serving.
+    pub fn reason(&self) -> Option<&'static str> {
+        if self.draining {
+            Some("shutting down")
+        } else if !self.config_loaded {
+            Some("no config loaded")
+        } else if !self.backend_reachable {
+            Some("rate-limit backend unreachable")
+        } else {
+            None
+        }
+    }
+}
+
+/// Shared readiness; cheap to read on every health request.
+#[derive(Debug)]
+pub struct Health {
+    state: watch::Sender<HealthState>,
+}
+
+impl Default for Health {
+    /// A loaded config, a reachable backend: what an in-process server starts with.
+    fn default() -> Self {
+        Self::new(true)
+    }
+}
+
+impl Health {
+    pub fn new(config_loaded: bool) -> Self {
+        let (state, _) = watch::channel(HealthState {
+            config_loaded,
+            backend_reachable: true,
+            draining: false,
+        });
+        Self { state }
+    }
+
+    pub fn state(&self) -> HealthState {
+        *self.state.borrow()
+    }
+
+    pub fn serving(&self) -> bool {
+        self.state().serving()
+    }
+
+    /// Changes of the state, for the gRPC health reporter.
+    pub fn subscribe(&self) -> watch::Receiver<HealthState> {
+        self.state.subscribe()
+    }
+
+    pub fn set_config_loaded(&self, loaded: bool) {
+        self.update(|s| s.config_loaded = loaded);
+    }
+
+    pub fn set_backend_reachable(&self, reachable: bool) {
+        self.update(|s| s.backend_reachable = reachable);
+    }
+
+    /// Shutdown has begun: NOT_SERVING from now on, for good.
+    pub fn start_draining(&self) {
+        self.update(|s| s.draining = true);
+    }
+
+    fn update(&self, change: impl FnOnce(&mut HealthState)) {
+        self.state.send_if_modified(|state| {
+            let before = *state;
+            change(state);
+            *state != before
+        });
+    }
+}
+
+/// Probes Redis until the returned task is aborted, marking `health` accordingly.
+/// Must be called inside a Tokio runtime.
+pub fn spawn_redis_probe(options: &RedisOptions, health: std::sync::Arc<Health>) -> JoinHandle<()> {
+    let mut options = options.clone();
+    // A PING is tiny, but the request budget (tens of ms) is no bound for a probe.
+    options.timeout = PROBE_TIMEOUT;
+    options.connect_timeout = options.connect_timeout.min(PROBE_TIMEOUT * 5);
+    tokio::spawn(async move {
+        let mut connection: Option<Connection> = None;
+        let mut failures = 0u32;
+        let mut ticker = tokio::time::interval(PROBE_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            match ping(&options, &mut connection).await {
+                Ok(()) => {
+                    if failures >= UNREACHABLE_AFTER {
+                        tracing::info!(event = "backend_reachable", "Redis answers again: SERVING");
+                    }
+                    failures = 0;
+                    health.set_backend_reachable(true);
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    if failures == UNREACHABLE_AFTER {
+                        tracing::warn!(
+                            event = "backend_unreachable",
+                            %error,
+                            probes = failures,
+                            "Redis does not answer: NOT_SERVING until it does"
+                        );
+                        health.set_backend_reachable(false);
+                    } else if failures < UNREACHABLE_AFTER {
+                        tracing::debug!(%error, probes = failures, "Redis probe failed");
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// One PING, connecting first when there is no connection yet. The connection
+/// reconnects by itself after errors, so it is kept.
+async fn ping(options: &RedisOptions, connection: &mut Option<Connection>) -> Result<(), String> {
+    if connection.is_none() {
+        *connection = Some(connect::connect(options).await?);
+    }
+    let Some(connection) = connection.as_ref() else {
+        return Err("no connection".into());
+    };
+    let cmd = redis::cmd("PING");
+    let reply = match connection {
+        Connection::Standalone(c) => {
+            tokio::time::timeout(PROBE_TIMEOUT, cmd.query_async::<()>(&mut c.clone())).await
+        }
+        Connection::Cluster(c) => {
+            tokio::time::timeout(PROBE_TIMEOUT, cmd.query_async::<()>(&mut c.clone())).await
+        }
+    };
+    match reply {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(connect::describe(&e)),
+        Err(_) => Err(format!("no PING answer within {PROBE_TIMEOUT:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serving_needs_every_input() {
+        let health = Health::default();
+        assert!(health.serving());
+        health.set_backend_reachable(false);
+        assert_eq!(
+            health.state().reason(),
+            Some("rate-limit backend unreachable")
+        );
+        health.set_backend_reachable(true);
+        health.set_config_loaded(false);
+        assert!(!health.serving());
+        health.set_config_loaded(true);
+        health.start_draining();
+        assert_eq!(health.state().reason(), Some("shutting down"));
+        health.set_backend_reachable(true);
+        assert!(!health.serving(), "draining is for good");
+    }
+
+    #[tokio::test]
+    async fn subscribers_see_changes() {
+        let health = Health::default();
+        let mut rx = health.subscribe();
+        health.start_draining();
+        rx.changed().await.unwrap();
+        assert!(!rx.borrow_and_update().serving());
+    }
+}

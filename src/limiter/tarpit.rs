@@ -1,0 +1,37 @@
+//! Tarpits: holding a rule's OVER_LIMIT answers back for its `delay`, at most
+//! `max_concurrent` at a time per rule; past the bound a denial is answered at once,
+//! so an attacker cannot use the tarpit to tie up tollgate itself.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Semaphore;
+
+use crate::config::{Rule, Tarpit};
+
+/// A rule's path and its bound: a reload that changes the bound gets a fresh pit.
+type PitKey = (Arc<str>, u32);
+
+#[derive(Default)]
+pub struct Tarpits {
+    pits: Mutex<HashMap<PitKey, Arc<Semaphore>>>,
+}
+
+impl Tarpits {
+    /// Waits out the tarpit if there is room in it; returns whether it waited.
+    pub async fn hold(&self, rule: &Rule, tarpit: Tarpit) -> bool {
+        let pit = {
+            let mut pits = self.pits.lock().unwrap_or_else(|p| p.into_inner());
+            pits.entry((rule.path.clone(), tarpit.max_concurrent))
+                .or_insert_with(|| Arc::new(Semaphore::new(tarpit.max_concurrent as usize)))
+                .clone()
+        };
+        match pit.try_acquire_owned() {
+            Ok(_permit) => {
+                tokio::time::sleep(tarpit.delay).await;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! Reloading the config set while serving: load and validate the whole set with
+//! [`config::load_path`], swap it into the [`Limiter`] atomically, and keep the
+//! [`ReloadState`] (generation, hash of the files, last success and failure) that the
+//! admin endpoints and metrics read. A set that does not validate never replaces the
+//! one being served: it is logged with every error, in one warn event, and counted.
+//!
+//! Counters are keyed by domain, rule path, entries, algorithm and window, never by
+//! generation, so a swap leaves the counters of unchanged rules as they were.
+//!
+//! Triggers: the directory watcher ([`crate::config::watch`], see [`spawn_watch`]) and
+//! SIGHUP (`tollgate serve`). Reloads are serialized; each first hashes the files and
+//! stops at once when they are what is already served.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+use tokio::task::JoinHandle;
+
+use crate::config::watch::{ConfigWatcher, WatchOptions};
+use crate::config::{self, Config, ConfigErrors};
+use crate::limiter::Limiter;
+
+/// How often a set is read again when its files changed while it was being read.
+const LOAD_ATTEMPTS: u32 = 5;
+
+/// What made a reload happen (a field of its log events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// The directory watcher saw a change (or, without inotify, a poll tick).
+    Watch,
+    /// SIGHUP.
+    Signal,
+    /// A direct call (tests, embedders).
+    Manual,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Watch => "watch",
+            Trigger::Signal => "sighup",
+            Trigger::Manual => "manual",
+        }
+    }
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// A new set is served under this generation.
+    Swapped { generation: u64 },
+    /// The files are those already served; nothing was swapped.
+    Unchanged,
+}
+
+/// Why a reload kept the old set.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error(transparent)]
+    Invalid(#[from] ConfigErrors),
+    #[error("the config files kept changing while being read ({LOAD_ATTEMPTS} attempts)")]
+    Unstable,
+    #[error("the reload task failed: {0}")]
+    Task(String),
+}
+
+impl ReloadError {
+    /// One line per error, as `validate` prints them.
+    pub fn messages(&self) -> Vec<String> {
+        match self {
+            ReloadError::Invalid(errors) => errors.0.iter().map(ToString::to_string).collect(),
+            other => vec![other.to_string()],
+        }
+    }
+}
+
+/// The reload bookkeeping, as the admin endpoints and metrics read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadState {
+    /// 1 for the set loaded at start-up, one more per swap.
+    pub generation: u64,
+    /// [`hash_set`] of the served set's files; `None` when it did not come from disk.
+    pub hash: Option<String>,
+    /// When the served set was loaded.
+    pub loaded_at: Option<SystemTime>,
+    /// The last reload that ended with the files on disk being served (swapped or
+    /// found unchanged).
+    pub last_success: Option<SystemTime>,
+    pub last_failure: Option<SystemTime>,
+    /// Every error of the last failed reload.
+    pub last_error: Option<Vec<String>>,
+    /// Swaps since start-up.
+    pub successes: u64,
+    /// Failed reloads since start-up.
+    pub failures: u64,
+}
+
+/// The shared, readable reload state.
+#[derive(Debug, Default)]
+pub struct ReloadStatus {
+    state: Mutex<ReloadState>,
+}
+
+impl ReloadStatus {
+    /// Generation 1, loaded now, with the files' hash when the set came from disk.
+    pub fn new(hash: Option<String>) -> Self {
+        let now = SystemTime::now();
+        Self {
+            state: Mutex::new(ReloadState {
+                generation: 1,
+                hash,
+                loaded_at: Some(now),
+                last_success: Some(now),
+                ..ReloadState::default()
+            }),
+        }
+    }
+
+    /// A copy of the current state.
+    pub fn snapshot(&self) -> ReloadState {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ReloadState> {
+        // The state is plain data, consistent after every statement: a panic elsewhere
+        // while holding the lock leaves nothing half-written to fear.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A set read from disk and validated, with the hash of exactly the files it came from.
+#[derive(Debug)]
+pub struct LoadedSet {
+    pub config: Config,
+    pub hash: String,
+}
+
+/// Loads and validates the whole set at `path`, and hashes its files before and after:
+/// when they differ the files changed during the read, and it is read again.
+pub fn load_set(path: &Path) -> Result<LoadedSet, ReloadError> {
+    for _ in 0..LOAD_ATTEMPTS {
+        let before = hash_set(path);
+        let config = config::load_path(path)?;
+        match (before, hash_set(path)) {
+            (Ok(before), Ok(after)) if before == after => {
+                return Ok(LoadedSet {
+                    config,
+                    hash: after,
+                });
+            }
+            _ => continue,
+        }
+    }
+    Err(ReloadError::Unstable)
+}
+
+/// SHA-256 (first 16 hex digits) over the files [`config::load_path`] reads, by the
+/// same rules (`.yaml`/`.yml`, recursive, names starting with `.` skipped, symlinks
+/// followed), each as its path relative to `path` and its contents, in name order.
+pub fn hash_set(path: &Path) -> io::Result<String> {
+    let mut files = Vec::new();
+    if fs::metadata(path)?.is_file() {
+        files.push(path.to_path_buf());
+    } else {
+        collect(path, &mut files, 0)?;
+    }
+    files.sort();
+    let mut digest = Sha256::new();
+    for file in &files {
+        let contents = fs::read(file)?;
+        let relative = file.strip_prefix(path).unwrap_or(file);
+        digest.update(relative.to_string_lossy().as_bytes());
+        digest.update([0]);
+        digest.update((contents.len() as u64).to_le_bytes());
+        digest.update(&contents);
+    }
+    Ok(digest
+        .finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// Symlink loops cannot recurse forever: a directory tree this deep is refused.
+const MAX_DEPTH: usize = 64;
+
+fn collect(dir: &Path, files: &mut Vec<PathBuf>, depth: usize) -> io::Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(io::Error::other("config directory nested too deep"));
+    }
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(meta) = fs::metadata(&path) else {
+            continue; // a dangling link, skipped by the loader too
+        };
+        if meta.is_dir() {
+            collect(&path, files, depth + 1)?;
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        ) {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Reloads one config path into one limiter.
+pub struct Reloader {
+    limiter: Arc<Limiter>,
+    path: PathBuf,
+    status: Arc<ReloadStatus>,
+    /// One reload at a time, so two triggers cannot swap out of order.
+    serial: tokio::sync::Mutex<()>,
+}
+
+impl Reloader {
+    /// `status` describes the set `limiter` serves now (see [`ReloadStatus::new`]).
+    pub fn new(limiter: Arc<Limiter>, path: PathBuf, status: Arc<ReloadStatus>) -> Self {
+        Self {
+            limiter,
+            path,
+            status,
+            serial: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn status(&self) -> &Arc<ReloadStatus> {
+        &self.status
+    }
+
+    /// Reads the set again and swaps it in if it changed and validates; otherwise the
+    /// served set stays, and the failure is logged and recorded.
+    pub async fn reload(&self, trigger: Trigger) -> Result<ReloadOutcome, ReloadError> {
+        let _serial = self.serial.lock().await;
+        let path = self.path.clone();
+        let served = self.status.snapshot().hash;
+        let loaded = tokio::task::spawn_blocking(move || {
+            // Unchanged files: nothing to parse (this keeps polling and stray events
+            // cheap). A hash error falls through to the loader, which names it.
+            match hash_set(&path) {
+                Ok(hash) if Some(&hash) == served.as_ref() => Ok(None),
+                _ => load_set(&path).map(Some),
+            }
+        })
+        .await
+        .unwrap_or_else(|e| Err(ReloadError::Task(e.to_string())));
+        let now = SystemTime::now();
+        match loaded {
+            Ok(None) => {
+                let generation = {
+                    let mut state = self.status.lock();
+                    state.last_success = Some(now);
+                    state.generation
+                };
+                tracing::debug!(
+                    event = "config_reload_unchanged",
+                    path = %self.path.display(),
+                    trigger = trigger.as_str(),
+                    generation,
+                    "config files unchanged; nothing to reload"
+                );
+                Ok(ReloadOutcome::Unchanged)
+            }
+            Ok(Some(set)) => {
+                let domains = set.config.domains().len();
+                self.limiter.swap_config(set.config);
+                let generation = {
+                    let mut state = self.status.lock();
+                    state.generation += 1;
+                    state.hash = Some(set.hash.clone());
+                    state.loaded_at = Some(now);
+                    state.last_success = Some(now);
+                    state.successes += 1;
+                    state.generation
+                };
+                tracing::info!(
+                    event = "config_reloaded",
+                    path = %self.path.display(),
+                    trigger = trigger.as_str(),
+                    generation,
+                    hash = %set.hash,
+                    domains,
+                    "config reloaded"
+                );
+                Ok(ReloadOutcome::Swapped { generation })
+            }
+            Err(error) => {
+                let messages = error.messages();
+                let (generation, failures) = {
+                    let mut state = self.status.lock();
+                    state.last_failure = Some(now);
+                    state.last_error = Some(messages.clone());
+                    state.failures += 1;
+                    (state.generation, state.failures)
+                };
+                tracing::warn!(
+                    event = "config_reload_failed",
+                    path = %self.path.display(),
+                    trigger = trigger.as_str(),
+                    generation,
+                    failures,
+                    error_count = messages.len(),
+                    errors = ?messages,
+                    "config reload failed; still serving generation {generation}"
+                );
+                Err(error)
+            }
+        }
+    }
+}
+
+/// A running watch task; dropping it stops the watching.
+pub struct WatchTask(JoinHandle<()>);
+
+impl Drop for WatchTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Watches `options.path` (see [`ConfigWatcher`]) and reloads after every settled
+/// change, until the returned task is dropped. Must be called inside a Tokio runtime.
+pub fn spawn_watch(reloader: Arc<Reloader>, options: WatchOptions) -> WatchTask {
+    let mut watcher = ConfigWatcher::new(options);
+    WatchTask(tokio::spawn(async move {
+        loop {
+            let change = watcher.next_change().await;
+            tracing::debug!(?change, path = %reloader.path().display(), "config change seen");
+            // The outcome is logged and recorded by `reload` itself.
+            let _ = reloader.reload(Trigger::Watch).await;
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_covers_names_and_contents_and_skips_dot_names() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a.yaml"), "domain: a\n").unwrap();
+        let first = hash_set(dir.path()).unwrap();
+        assert_eq!(first.len(), 16);
+        fs::write(dir.path().join(".hidden.yaml"), "x").unwrap();
+        fs::write(dir.path().join("notes.txt"), "x").unwrap();
+        assert_eq!(hash_set(dir.path()).unwrap(), first);
+        fs::write(dir.path().join("a.yaml"), "domain: b\n").unwrap();
+        assert_ne!(hash_set(dir.path()).unwrap(), first);
+        fs::rename(dir.path().join("a.yaml"), dir.path().join("b.yaml")).unwrap();
+        let renamed = hash_set(dir.path()).unwrap();
+        fs::rename(dir.path().join("b.yaml"), dir.path().join("a.yaml")).unwrap();
+        assert_ne!(renamed, hash_set(dir.path()).unwrap());
+    }
+
+    #[test]
+    fn load_set_reports_every_error() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a.yaml"), "domain: a\nbogus: 1\n").unwrap();
+        fs::write(dir.path().join("b.yaml"), "descriptors: []\n").unwrap();
+        let error = load_set(dir.path()).unwrap_err();
+        assert_eq!(error.messages().len(), 2, "{:?}", error.messages());
+    }
+}

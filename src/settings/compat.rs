@@ -1,0 +1,307 @@
+//! envoyproxy/ratelimit's settings that tollgate does not read, each with the reason,
+//! and those it refuses because ignoring them would serve something other than what
+//! the deployment asked for (a TLS port served in clear text, limits read over xDS,
+//! counters in memcached). The README's compatibility table says the same; a unit test
+//! keeps this list and the code that reads variables from overlapping.
+
+/// Set but without effect: `serve` logs each one found, with its reason, at start-up.
+pub const IGNORED: &[(&str, &str)] = &[
+    (
+        "DEBUG_HOST",
+        "there is no debug port: /rlconfig is on the HTTP port",
+    ),
+    (
+        "DEBUG_PORT",
+        "there is no debug port: /rlconfig is on the HTTP port",
+    ),
+    ("USE_STATSD", "statsd is not supported"),
+    ("STATSD_HOST", "statsd is not supported"),
+    ("STATSD_PORT", "statsd is not supported"),
+    ("USE_DOG_STATSD", "statsd is not supported"),
+    ("USE_DOG_STATSD_MOGRIFIERS", "statsd is not supported"),
+    ("EXTRA_TAGS", "statsd is not supported"),
+    ("STATS_FLUSH_INTERVAL", "statsd is not supported"),
+    ("DISABLE_STATS", "statsd is not supported"),
+    ("USE_PROMETHEUS", "Prometheus metrics are not built yet"),
+    ("PROMETHEUS_ADDR", "Prometheus metrics are not built yet"),
+    ("PROMETHEUS_PATH", "Prometheus metrics are not built yet"),
+    (
+        "PROMETHEUS_MAPPER_YAML",
+        "Prometheus metrics are not built yet",
+    ),
+    ("NEAR_LIMIT_RATIO", "it only feeds metrics, not built yet"),
+    ("TRACING_ENABLED", "OpenTelemetry tracing is not built yet"),
+    (
+        "TRACING_SERVICE_NAME",
+        "OpenTelemetry tracing is not built yet",
+    ),
+    (
+        "TRACING_SERVICE_NAMESPACE",
+        "OpenTelemetry tracing is not built yet",
+    ),
+    (
+        "TRACING_SERVICE_INSTANCE_ID",
+        "OpenTelemetry tracing is not built yet",
+    ),
+    (
+        "TRACING_SAMPLING_RATE",
+        "OpenTelemetry tracing is not built yet",
+    ),
+    (
+        "TRACING_EXPORTER_PROTOCOL",
+        "OpenTelemetry tracing is not built yet",
+    ),
+    (
+        "LOCAL_CACHE_SIZE_IN_BYTES",
+        "the local over-limit cache is not built yet",
+    ),
+    (
+        "LIMIT_RESPONSE_HEADERS_ENABLED",
+        "RateLimit-* response headers are not built yet",
+    ),
+    (
+        "LIMIT_LIMIT_HEADER",
+        "RateLimit-* response headers are not built yet",
+    ),
+    (
+        "LIMIT_REMAINING_HEADER",
+        "RateLimit-* response headers are not built yet",
+    ),
+    (
+        "LIMIT_RESET_HEADER",
+        "RateLimit-* response headers are not built yet",
+    ),
+    ("RESPONSE_DYNAMIC_METADATA", "dynamic metadata is not sent"),
+    (
+        "GRPC_MAX_CONNECTION_AGE",
+        "connections are kept until the client or a shutdown closes them",
+    ),
+    (
+        "GRPC_MAX_CONNECTION_AGE_GRACE",
+        "connections are kept until the client or a shutdown closes them",
+    ),
+    (
+        "REDIS_POOL_SIZE",
+        "one multiplexed connection per Redis node pipelines every call",
+    ),
+    (
+        "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+        "there is no pool to run empty",
+    ),
+    ("REDIS_PIPELINE_WINDOW", "calls are pipelined as they come"),
+    ("REDIS_PIPELINE_LIMIT", "calls are pipelined as they come"),
+    (
+        "REDIS_USE_EXPLICIT_PIPELINE",
+        "calls are pipelined as they come",
+    ),
+    (
+        "REDIS_TIMEOUT",
+        "the budget is --redis-timeout-ms, per request (default 50 ms)",
+    ),
+    (
+        "REDIS_PERSECOND",
+        "per-second limits are counted in the main Redis",
+    ),
+    (
+        "REDIS_PERSECOND_SOCKET_TYPE",
+        "per-second limits are counted in the main Redis",
+    ),
+    (
+        "REDIS_PERSECOND_TYPE",
+        "per-second limits are counted in the main Redis",
+    ),
+    (
+        "REDIS_PERSECOND_URL",
+        "per-second limits are counted in the main Redis",
+    ),
+    (
+        "REDIS_PERSECOND_POOL_SIZE",
+        "per-second limits are counted in the main Redis",
+    ),
+    (
+        "REDIS_PERSECOND_AUTH",
+        "per-second limits are counted in the main Redis",
+    ),
+    (
+        "REDIS_PERSECOND_TLS",
+        "per-second limits are counted in the main Redis",
+    ),
+    (
+        "REDIS_PERSECOND_TIMEOUT",
+        "per-second limits are counted in the main Redis",
+    ),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "each key expires when its algorithm no longer needs it",
+    ),
+    (
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        "always so: a denied request consumes nothing",
+    ),
+    (
+        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+        "always so: tollgate starts only with a valid config",
+    ),
+    (
+        "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        "it applies to xDS config, which is refused",
+    ),
+    (
+        "MERGE_DOMAIN_CONFIG",
+        "a domain defined in two files is an error that names both",
+    ),
+];
+
+/// Refused when set to anything but the given harmless values (compared ignoring
+/// ASCII case): (name, accepted values, why it is refused).
+const REFUSED: &[(&str, &[&str], &str)] = &[
+    (
+        "CONFIG_TYPE",
+        &["FILE"],
+        "limits come from files only (no xDS)",
+    ),
+    (
+        "BACKEND_TYPE",
+        &["redis"],
+        "counters live in Redis or, without REDIS_URL, in memory",
+    ),
+    ("MEMCACHE_HOST_PORT", &[], "memcached is not supported"),
+    ("MEMCACHE_SRV", &[], "memcached is not supported"),
+    (
+        "GRPC_SERVER_USE_TLS",
+        &["false", "0", "f"],
+        "a TLS gRPC port is not supported yet",
+    ),
+    ("GRPC_UDS", &[], "gRPC on a Unix socket is not supported"),
+    (
+        "REDIS_TLS_CACERT",
+        &[],
+        "a custom CA for Redis TLS is not supported yet",
+    ),
+    (
+        "REDIS_TLS_CLIENT_CERT",
+        &[],
+        "client certificates for Redis are not supported yet",
+    ),
+    (
+        "REDIS_TLS_CLIENT_KEY",
+        &[],
+        "client certificates for Redis are not supported yet",
+    ),
+    (
+        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+        &["false", "0", "f"],
+        "Redis TLS always verifies the host name",
+    ),
+    (
+        "REDIS_SENTINEL_AUTH",
+        &[],
+        "Redis Sentinel is not supported",
+    ),
+];
+
+/// The first setting that asks for what tollgate cannot do, as an error message.
+pub fn refused(var: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    REFUSED.iter().find_map(|(name, accepted, why)| {
+        let value = var(name)?;
+        let harmless = accepted
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(value.trim()));
+        (!harmless).then(|| format!("{name}={value}: {why}"))
+    })
+}
+
+/// The ignored settings that are set, with their reasons, in list order.
+pub fn ignored(var: &dyn Fn(&str) -> Option<String>) -> Vec<(&'static str, &'static str)> {
+    IGNORED
+        .iter()
+        .filter(|(name, _)| var(name).is_some())
+        .copied()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn vars(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn harmless_values_pass_and_the_rest_is_refused() {
+        let ok = vars(&[
+            ("CONFIG_TYPE", "file"),
+            ("GRPC_SERVER_USE_TLS", "false"),
+            ("BACKEND_TYPE", "REDIS"),
+        ]);
+        assert_eq!(refused(&ok), None);
+        let xds = vars(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]);
+        assert!(
+            refused(&xds)
+                .unwrap()
+                .starts_with("CONFIG_TYPE=GRPC_XDS_SOTW: ")
+        );
+        let memcache = vars(&[("MEMCACHE_HOST_PORT", "m:11211")]);
+        assert!(refused(&memcache).unwrap().contains("memcached"));
+        let tls = vars(&[("GRPC_SERVER_USE_TLS", "true")]);
+        assert!(refused(&tls).is_some());
+    }
+
+    #[test]
+    fn ignored_settings_are_reported_with_reasons() {
+        let set = vars(&[
+            ("USE_STATSD", "false"),
+            ("REDIS_POOL_SIZE", "10"),
+            ("PORT", "8080"),
+        ]);
+        let names: Vec<&str> = ignored(&set).iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["USE_STATSD", "REDIS_POOL_SIZE"]);
+    }
+
+    /// A variable the code reads must not also be listed as ignored (or refused): when
+    /// a feature lands, its settings leave these lists. Every listed name is in the
+    /// README's compatibility table.
+    #[test]
+    fn lists_agree_with_the_code_and_the_readme() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut sources = String::new();
+        read_sources(&root.join("src"), &mut sources);
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let names = IGNORED
+            .iter()
+            .map(|(n, _)| *n)
+            .chain(REFUSED.iter().map(|(n, _, _)| *n));
+        for name in names {
+            let quoted = format!("\"{name}\"");
+            assert_eq!(
+                sources.matches(&quoted).count(),
+                1,
+                "{name} is read by the code, or listed twice: update settings/compat.rs"
+            );
+            assert!(readme.contains(&format!("`{name}`")), "README lacks {name}");
+        }
+    }
+
+    fn read_sources(dir: &Path, out: &mut String) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                read_sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && path.file_name().is_some_and(|n| n != "tests.rs")
+            {
+                // Test code may name any variable; only what runs counts.
+                let text = std::fs::read_to_string(&path).unwrap();
+                let code = text.split("#[cfg(test)]\nmod tests {").next().unwrap_or("");
+                out.push_str(code);
+            }
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Unit tests of settings resolution: defaults, environment, flags winning, Redis.
+
+use super::*;
+use crate::store::redis::connect::RedisTarget;
+use std::collections::HashMap;
+
+fn resolve(flags: ServeFlags, vars: &[(&str, &str)]) -> Result<ServeSettings, Error> {
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    ServeSettings::resolve(&flags, &|name| map.get(name).cloned())
+}
+
+#[test]
+fn defaults_match_envoyproxy_ratelimit() {
+    let s = resolve(ServeFlags::default(), &[]).unwrap();
+    assert_eq!(s.config, PathBuf::from("config"));
+    assert_eq!(s.grpc_addr, "0.0.0.0:8081".parse().unwrap());
+    assert_eq!(s.http_addr, "0.0.0.0:8080".parse().unwrap());
+    assert!(!s.shadow_mode);
+    assert_eq!(s.drain, Duration::from_secs(5));
+    assert!(s.watch);
+    assert!(
+        s.watch_anchors.is_empty(),
+        "no RUNTIME_ROOT, nothing more to watch"
+    );
+    assert!(s.health_check_redis);
+}
+
+#[test]
+fn runtime_watch_root_and_app_directory() {
+    let s = resolve(
+        ServeFlags::default(),
+        &[
+            ("RUNTIME_ROOT", "/srv/current"),
+            ("RUNTIME_APPDIRECTORY", "rl"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(s.config, PathBuf::from("/srv/current/rl"));
+    assert_eq!(s.watch_anchors, vec![PathBuf::from("/srv/current")]);
+    let s = resolve(
+        ServeFlags::default(),
+        &[
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("RUNTIME_WATCH_ROOT", "false"),
+            ("RUNTIME_IGNOREDOTFILES", "true"),
+            ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(s.config, PathBuf::from("/data/ratelimit/config"));
+    assert!(s.watch_anchors.is_empty());
+    assert!(s.ignore_dotfiles);
+    assert!(!s.health_check_redis);
+    let flags = ServeFlags {
+        config: Some("mine".into()),
+        drain_seconds: Some(0.5),
+        no_watch: true,
+        health_check_redis: Some(true),
+        ..Default::default()
+    };
+    let s = resolve(
+        flags,
+        &[
+            ("RUNTIME_ROOT", "/x"),
+            ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false"),
+        ],
+    )
+    .unwrap();
+    assert!(
+        s.watch_anchors.is_empty(),
+        "--config: RUNTIME_ROOT is not used"
+    );
+    assert_eq!(s.drain, Duration::from_millis(500));
+    assert!(!s.watch);
+    assert!(s.health_check_redis, "the flag wins");
+    let err = resolve(
+        ServeFlags {
+            drain_seconds: Some(-1.0),
+            ..Default::default()
+        },
+        &[],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("--drain-seconds"), "{err}");
+    let err = resolve(
+        ServeFlags::default(),
+        &[("RUNTIME_WATCH_ROOT", "sometimes")],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("RUNTIME_WATCH_ROOT"), "{err}");
+}
+
+#[test]
+fn environment_applies_when_flags_are_absent() {
+    let vars = [
+        ("RUNTIME_ROOT", "/srv/runtime_data/current"),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "9001"),
+        ("PORT", "9002"),
+        ("SHADOW_MODE", "true"),
+    ];
+    let s = resolve(ServeFlags::default(), &vars).unwrap();
+    assert_eq!(
+        s.config,
+        PathBuf::from("/srv/runtime_data/current/ratelimit/config")
+    );
+    assert_eq!(s.grpc_addr, "127.0.0.1:9001".parse().unwrap());
+    assert_eq!(s.http_addr, "0.0.0.0:9002".parse().unwrap());
+    assert!(s.shadow_mode);
+}
+
+#[test]
+fn flags_win_over_environment() {
+    let flags = ServeFlags {
+        config: Some("mine".into()),
+        grpc_addr: Some("127.0.0.1:1".into()),
+        http_addr: Some("127.0.0.1:2".into()),
+        ..Default::default()
+    };
+    let s = resolve(
+        flags,
+        &[("RUNTIME_ROOT", "/x"), ("GRPC_PORT", "9"), ("PORT", "8")],
+    )
+    .unwrap();
+    assert_eq!(s.config, PathBuf::from("mine"));
+    assert_eq!(s.grpc_addr.port(), 1);
+    assert_eq!(s.http_addr.port(), 2);
+}
+
+#[test]
+fn redis_from_environment() {
+    assert_eq!(resolve(ServeFlags::default(), &[]).unwrap().redis, None);
+    let s = resolve(
+        ServeFlags::default(),
+        &[("REDIS_URL", "localhost:6379"), ("REDIS_AUTH", "user:pw")],
+    )
+    .unwrap();
+    let redis = s.redis.unwrap();
+    assert_eq!(
+        redis.target,
+        RedisTarget::Standalone("redis://localhost:6379".into())
+    );
+    assert_eq!(redis.auth.as_deref(), Some("user:pw"));
+    assert!(
+        !format!("{redis:?}").contains("pw"),
+        "credentials never reach Debug output"
+    );
+    let s = resolve(
+        ServeFlags::default(),
+        &[
+            ("REDIS_TYPE", "CLUSTER"),
+            ("REDIS_URL", "a:1, b:2"),
+            ("REDIS_TLS", "true"),
+            ("CACHE_KEY_PREFIX", "rl:"),
+        ],
+    )
+    .unwrap();
+    let redis = s.redis.unwrap();
+    assert_eq!(
+        redis.target,
+        RedisTarget::Cluster(vec!["rediss://a:1".into(), "rediss://b:2".into()])
+    );
+    assert_eq!(redis.key_prefix, "rl:");
+}
+
+#[test]
+fn redis_flags_win_and_are_checked() {
+    let flags = ServeFlags {
+        redis_cluster: Some("127.0.0.1:7000".into()),
+        ..Default::default()
+    };
+    let s = resolve(flags, &[("REDIS_URL", "elsewhere:1")]).unwrap();
+    assert_eq!(
+        s.redis.unwrap().target,
+        RedisTarget::Cluster(vec!["redis://127.0.0.1:7000".into()])
+    );
+    let both = ServeFlags {
+        redis_url: Some("redis://a".into()),
+        redis_cluster: Some("b:1".into()),
+        ..Default::default()
+    };
+    assert!(resolve(both, &[]).is_err());
+    let err = resolve(
+        ServeFlags::default(),
+        &[("REDIS_URL", "a:1"), ("CACHE_KEY_PREFIX", "{x}")],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("hash tag"), "{err}");
+    let err = resolve(
+        ServeFlags::default(),
+        &[("REDIS_URL", "a:1"), ("REDIS_TYPE", "sentinel")],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("REDIS_TYPE"), "{err}");
+}
+
+#[test]
+fn bad_values_are_named() {
+    let err = resolve(ServeFlags::default(), &[("SHADOW_MODE", "maybe")]).unwrap_err();
+    assert!(err.to_string().contains("SHADOW_MODE"), "{err}");
+    let err = resolve(ServeFlags::default(), &[("GRPC_PORT", "notaport")]).unwrap_err();
+    assert!(err.to_string().contains("GRPC_HOST:GRPC_PORT"), "{err}");
+}
+
+#[test]
+fn settings_that_cannot_be_honoured_are_refused_and_ignored_ones_listed() {
+    let err = resolve(ServeFlags::default(), &[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).unwrap_err();
+    assert!(
+        err.to_string().starts_with("CONFIG_TYPE=GRPC_XDS_SOTW"),
+        "{err}"
+    );
+    let err = resolve(ServeFlags::default(), &[("GRPC_SERVER_USE_TLS", "true")]).unwrap_err();
+    assert!(err.to_string().contains("TLS"), "{err}");
+    let s = resolve(
+        ServeFlags::default(),
+        &[
+            ("CONFIG_TYPE", "FILE"),
+            ("USE_STATSD", "false"),
+            ("DEBUG_PORT", "6070"),
+        ],
+    )
+    .unwrap();
+    let names: Vec<&str> = s.ignored.iter().map(|(name, _)| *name).collect();
+    assert_eq!(names, ["DEBUG_PORT", "USE_STATSD"]);
+}

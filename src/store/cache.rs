@@ -1,0 +1,162 @@
+//! The local over-limit cache: once a counter has denied a request of cost 1 until a
+//! known instant (its retry-after), every replica-local request of cost 1 or more on
+//! it is denied until then without asking the store, so a flood of 429s does not
+//! become a flood of Redis calls. A counter never admits earlier than its retry-after
+//! (counts only grow until then, apart from refunds, which only under-admit), so the
+//! cache changes no decision. Check-only calls (cost 0) always go to the store: a
+//! full counter still passes them. Memory is bounded by a byte budget.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use moka::Expiry;
+use moka::sync::Cache;
+
+use super::{CounterKey, CounterOp, Store, StoreFuture};
+use crate::algorithm::Decision;
+
+/// Identity of a cached denial: the counter and the limit it was denied under (a
+/// reload that raises the limit must not keep old denials).
+type Key = (CounterKey, u64, u64);
+
+#[derive(Clone, Copy)]
+struct DeniedUntil {
+    until: Instant,
+}
+
+struct UntilExpiry;
+
+impl Expiry<Key, DeniedUntil> for UntilExpiry {
+    fn expire_after_create(&self, _: &Key, value: &DeniedUntil, now: Instant) -> Option<Duration> {
+        Some(value.until.saturating_duration_since(now))
+    }
+}
+
+pub struct OverLimitCache<S> {
+    inner: S,
+    denied: Cache<Key, DeniedUntil>,
+    /// Operations answered from the cache (for metrics and tests).
+    hits: AtomicU64,
+}
+
+fn key(op: &CounterOp) -> Key {
+    (op.key.clone(), op.params.limit, op.params.burst)
+}
+
+impl<S: Store> OverLimitCache<S> {
+    /// `max_bytes`: the memory budget (`LOCAL_CACHE_SIZE_IN_BYTES`), at least 1.
+    pub fn new(inner: S, max_bytes: u64) -> Self {
+        let denied = Cache::builder()
+            .max_capacity(max_bytes.max(1))
+            .weigher(|k: &Key, _: &DeniedUntil| {
+                let text: usize =
+                    k.0.entries
+                        .iter()
+                        .map(|(a, b)| a.len() + b.len() + 48)
+                        .sum();
+                u32::try_from(160 + text + k.0.rule.len()).unwrap_or(u32::MAX)
+            })
+            .expire_after(UntilExpiry)
+            .build();
+        Self {
+            inner,
+            denied,
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    fn cached(&self, op: &CounterOp, now: Instant) -> Option<Duration> {
+        if op.cost == 0 {
+            return None;
+        }
+        self.denied
+            .get(&key(op))
+            .map(|d| d.until.saturating_duration_since(now))
+            .filter(|left| !left.is_zero())
+    }
+
+    fn remember(&self, ops: &[CounterOp], decisions: &[Decision], now: Instant) {
+        for (op, d) in ops.iter().zip(decisions) {
+            // Only a denial of the smallest cost says what every costed call will get.
+            if op.cost == 1
+                && !d.allowed
+                && let Some(retry) = d.retry_after.filter(|r| !r.is_zero())
+            {
+                self.denied
+                    .insert(key(op), DeniedUntil { until: now + retry });
+            }
+        }
+    }
+
+    async fn decide_cached(&self, ops: &[CounterOp]) -> Result<Vec<Decision>, super::StoreError> {
+        let now = Instant::now();
+        let cached: Vec<Option<Duration>> = ops.iter().map(|op| self.cached(op, now)).collect();
+        let vetoed = ops
+            .iter()
+            .zip(&cached)
+            .any(|(op, c)| op.vetoes && c.is_some());
+        if !vetoed {
+            let decisions = self.inner.decide(ops).await?;
+            self.remember(ops, &decisions, now);
+            return Ok(decisions);
+        }
+        // The request is denied already: the other counters are decided in a dry run
+        // (their true statuses, nothing consumed); with none, no store call at all.
+        let rest: Vec<usize> = (0..ops.len()).filter(|&i| cached[i].is_none()).collect();
+        let others: Vec<CounterOp> = rest.iter().map(|&i| ops[i].clone()).collect();
+        let checked = if others.is_empty() {
+            Vec::new()
+        } else {
+            self.inner.dry_run(&others).await?
+        };
+        let mut decisions: Vec<Option<Decision>> = cached
+            .iter()
+            .map(|c| {
+                c.map(|left| Decision {
+                    allowed: false,
+                    remaining: 0,
+                    reset_after: left,
+                    retry_after: Some(left),
+                    delay: Duration::ZERO,
+                })
+            })
+            .collect();
+        self.hits.fetch_add(
+            cached.iter().filter(|c| c.is_some()).count() as u64,
+            Ordering::Relaxed,
+        );
+        for (&i, d) in rest.iter().zip(checked) {
+            decisions[i] = Some(d);
+        }
+        Ok(decisions
+            .into_iter()
+            .map(|d| d.expect("every operation decided"))
+            .collect())
+    }
+}
+
+impl<S: Store> Store for OverLimitCache<S> {
+    fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+        Box::pin(self.decide_cached(ops))
+    }
+
+    /// A dry run consumes nothing, so there is nothing to spare: straight through.
+    fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+        self.inner.dry_run(ops)
+    }
+}
+
+impl<S: Store> Store for Arc<S> {
+    fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+        (**self).decide(ops)
+    }
+
+    fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+        (**self).dry_run(ops)
+    }
+}
