@@ -4,6 +4,7 @@
 //! the tests are in `tests.rs`.
 
 pub mod compat;
+pub mod protection;
 mod redis;
 #[cfg(test)]
 mod tests;
@@ -58,6 +59,15 @@ pub struct ServeFlags {
     pub no_watch: bool,
     /// `--health-check-redis`: whether an unreachable Redis makes health NOT_SERVING.
     pub health_check_redis: Option<bool>,
+    /// `--response-headers`: none | ratelimit | ietf.
+    pub response_headers: Option<String>,
+    pub retry_after_jitter_ms: Option<u64>,
+    /// `--replicas`: how many replicas share the limits (for `failure_mode: local`).
+    pub replicas: Option<u32>,
+    /// `--local-cache-bytes`: the over-limit cache's budget; 0 turns it off.
+    pub local_cache_bytes: Option<u64>,
+    pub breaker_failures: Option<u32>,
+    pub breaker_open_ms: Option<u64>,
 }
 
 /// Fully resolved settings.
@@ -82,6 +92,8 @@ pub struct ServeSettings {
     pub ignore_dotfiles: bool,
     /// envoyproxy/ratelimit variables that are set but have no effect, with why.
     pub ignored: Vec<(&'static str, &'static str)>,
+    /// Response headers, jitter, replicas, local cache and breaker.
+    pub protection: protection::Protection,
 }
 
 impl ServeSettings {
@@ -163,6 +175,7 @@ impl ServeSettings {
             health_check_redis,
             ignore_dotfiles,
             ignored: compat::ignored(&var),
+            protection: protection::resolve(flags, &var)?,
         })
     }
 }

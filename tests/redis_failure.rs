@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::server::{TestServer, config, descriptor, request};
+use common::server::{TestServer, descriptor, request};
 use tollgate::limiter::LimiterOptions;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
@@ -101,7 +101,7 @@ async fn wrong_password_is_reported_without_the_password() {
 }
 
 #[tokio::test]
-async fn slow_redis_gives_unavailable_within_the_timeout() {
+async fn slow_redis_is_answered_by_failure_mode_within_the_timeout() {
     let redis = common::redis::standalone();
     let timeout = Duration::from_millis(50);
     let store = RedisStore::connect(&options(
@@ -111,13 +111,15 @@ async fn slow_redis_gives_unavailable_within_the_timeout() {
     ))
     .await
     .expect("connect");
-    let yaml = "domain: slow\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
-    let server = TestServer::start(
-        config(yaml),
-        std::sync::Arc::new(store),
-        LimiterOptions::default(),
-    )
-    .await;
+    let slow = "domain: slow\nfailure_mode: error\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
+    let open = "domain: open\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
+    let set = tollgate::config::load_sources(&[
+        (std::path::Path::new("slow.yaml"), slow),
+        (std::path::Path::new("open.yaml"), open),
+    ])
+    .expect("valid");
+    let server =
+        TestServer::start(set, std::sync::Arc::new(store), LimiterOptions::default()).await;
     let mut client = server.client().await;
     let req = request("slow", vec![descriptor(&[("k", "v")])]);
     client
@@ -133,7 +135,6 @@ async fn slow_redis_gives_unavailable_within_the_timeout() {
         .await
         .expect_err("a paused Redis cannot decide");
     let elapsed = started.elapsed();
-    common::redis::redis_cli(redis.port(), &["CLIENT", "UNPAUSE"]);
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert!(
         status.message().contains("timed out"),
@@ -144,7 +145,20 @@ async fn slow_redis_gives_unavailable_within_the_timeout() {
         elapsed < Duration::from_millis(1000),
         "answered in {elapsed:?}, not after the pause"
     );
+    // The default failure mode fails open, just as fast.
+    let started = Instant::now();
+    let open_answer = client
+        .should_rate_limit(request("open", vec![descriptor(&[("k", "v")])]))
+        .await
+        .expect("allow mode answers")
+        .into_inner();
+    assert_eq!(
+        open_answer.overall_code,
+        tollgate::proto::rate_limit_response::Code::Ok as i32
+    );
+    assert!(started.elapsed() < Duration::from_millis(1000));
 
+    common::redis::redis_cli(redis.port(), &["CLIENT", "UNPAUSE"]);
     // And it recovers once Redis answers again (bounded retry: the paused reply may
     // still be in flight on the multiplexed connection).
     let deadline = Instant::now() + Duration::from_secs(10);

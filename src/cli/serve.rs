@@ -14,9 +14,7 @@ use crate::limiter::{Limiter, LimiterOptions};
 use crate::reload::{self, ReloadStatus, Reloader, Trigger};
 use crate::server::{self, Listeners, ServeOptions};
 use crate::settings::{ServeFlags, ServeSettings};
-use crate::store::Store;
-use crate::store::memory::MemoryStore;
-use crate::store::redis::RedisStore;
+use crate::store::stack;
 use crate::telemetry;
 
 #[derive(Debug, Args)]
@@ -54,6 +52,24 @@ pub struct ServeArgs {
     /// Whether an unreachable Redis makes health NOT_SERVING [default: $REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, else true]
     #[arg(long, value_name = "BOOL")]
     pub health_check_redis: Option<bool>,
+    /// Rate-limit headers on responses: none, ratelimit (RateLimit-Limit/-Remaining/-Reset) or ietf [default: ratelimit if $LIMIT_RESPONSE_HEADERS_ENABLED, else none]
+    #[arg(long, value_name = "STYLE")]
+    pub response_headers: Option<String>,
+    /// Add up to this many milliseconds at random to Retry-After, so denied clients do not return together
+    #[arg(long, value_name = "MS")]
+    pub retry_after_jitter_ms: Option<u64>,
+    /// Replicas sharing the limits; with failure_mode: local each admits 1/N [default: $TOLLGATE_REPLICAS, else 1]
+    #[arg(long)]
+    pub replicas: Option<u32>,
+    /// Memory for the local over-limit cache, in bytes; 0 turns it off [default: $LOCAL_CACHE_SIZE_IN_BYTES, else 16 MiB]
+    #[arg(long, value_name = "BYTES")]
+    pub local_cache_bytes: Option<u64>,
+    /// Consecutive Redis failures that open the circuit breaker [default: 5]
+    #[arg(long)]
+    pub breaker_failures: Option<u32>,
+    /// How long an open breaker fails fast before probing Redis again [default: 1000]
+    #[arg(long, value_name = "MS")]
+    pub breaker_open_ms: Option<u64>,
 }
 
 pub async fn run(args: ServeArgs) -> ExitCode {
@@ -74,6 +90,12 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         drain_seconds: Some(args.drain_seconds),
         no_watch: args.no_watch,
         health_check_redis: args.health_check_redis,
+        response_headers: args.response_headers,
+        retry_after_jitter_ms: args.retry_after_jitter_ms,
+        replicas: args.replicas,
+        local_cache_bytes: args.local_cache_bytes,
+        breaker_failures: args.breaker_failures,
+        breaker_open_ms: args.breaker_open_ms,
     };
     let settings = match ServeSettings::resolve(&flags, &env) {
         Ok(settings) => settings,
@@ -111,23 +133,18 @@ pub async fn run(args: ServeArgs) -> ExitCode {
              a ConfigMap's ..data would otherwise load every domain twice"
         );
     }
-    let store: Arc<dyn Store> = match &settings.redis {
-        Some(options) => match RedisStore::connect(options).await {
-            Ok(store) => {
-                tracing::info!(redis = ?options, "connected to Redis");
-                Arc::new(store)
-            }
-            Err(e) => {
-                eprintln!("tollgate: cannot start: {e}");
-                return ExitCode::from(2);
-            }
-        },
-        None => {
-            tracing::warn!(
-                "no Redis configured: using the in-memory store, so every limit is counted per process; \
-                 with N replicas a client may get up to N times its limit"
-            );
-            Arc::new(MemoryStore::new())
+    let protection = &settings.protection;
+    let store = match stack::build(
+        settings.redis.as_ref(),
+        protection.breaker,
+        protection.local_cache_bytes,
+    )
+    .await
+    {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("tollgate: cannot start: {e}");
+            return ExitCode::from(2);
         }
     };
     let limiter = Arc::new(Limiter::new(
@@ -135,7 +152,9 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         store,
         LimiterOptions {
             global_shadow_mode: settings.shadow_mode,
-            ..Default::default()
+            headers: protection.headers.clone(),
+            retry_after_jitter: protection.retry_after_jitter,
+            replicas: protection.replicas,
         },
     ));
     let status = Arc::new(ReloadStatus::new(Some(loaded.hash)));

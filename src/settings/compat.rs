@@ -51,26 +51,6 @@ pub const IGNORED: &[(&str, &str)] = &[
         "TRACING_EXPORTER_PROTOCOL",
         "OpenTelemetry tracing is not built yet",
     ),
-    (
-        "LOCAL_CACHE_SIZE_IN_BYTES",
-        "the local over-limit cache is not built yet",
-    ),
-    (
-        "LIMIT_RESPONSE_HEADERS_ENABLED",
-        "RateLimit-* response headers are not built yet",
-    ),
-    (
-        "LIMIT_LIMIT_HEADER",
-        "RateLimit-* response headers are not built yet",
-    ),
-    (
-        "LIMIT_REMAINING_HEADER",
-        "RateLimit-* response headers are not built yet",
-    ),
-    (
-        "LIMIT_RESET_HEADER",
-        "RateLimit-* response headers are not built yet",
-    ),
     ("RESPONSE_DYNAMIC_METADATA", "dynamic metadata is not sent"),
     (
         "GRPC_MAX_CONNECTION_AGE",

@@ -7,6 +7,7 @@ pub mod breaker;
 pub mod cache;
 pub mod memory;
 pub mod redis;
+pub mod stack;
 
 use std::future::Future;
 use std::pin::Pin;
