@@ -15,7 +15,6 @@ use tollgate::proto::rate_limit_response::rate_limit::Unit;
 use tollgate::proto::rate_limit_response::{Code, RateLimit};
 use tollgate::proto::{RateLimitRequest, RateLimitResponse};
 use tollgate::store::memory::MemoryStore;
-use tollgate::store::{CounterOp, Store, StoreError, StoreFuture};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 use tonic_reflection::pb::v1::ServerReflectionRequest;
@@ -321,22 +320,9 @@ async fn graceful_shutdown_returns_with_a_client_still_connected() {
     drop(client);
 }
 
-/// A store that is always down, as Redis is during an outage.
-struct DownStore;
-
-impl Store for DownStore {
-    fn decide<'a>(&'a self, _ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        Box::pin(async { Err(StoreError::Unavailable("test store is down".into())) })
-    }
-
-    fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        self.decide(ops)
-    }
-}
-
 #[tokio::test]
 async fn a_store_outage_is_never_unknown() {
-    let server = TestServer::start(config(YAML), Arc::new(DownStore), Default::default()).await;
+    let server = TestServer::start(config(YAML), common::stores::down(), Default::default()).await;
     let mut client = server.client().await;
     let result = client
         .should_rate_limit(request("g", vec![descriptor(&[("client", "x")])]))

@@ -192,22 +192,9 @@ async fn healthcheck_is_ok() {
     server.stop().await;
 }
 
-/// A store that is always down, as Redis is during an outage.
-struct DownStore;
-
-impl Store for DownStore {
-    fn decide<'a>(&'a self, _ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        Box::pin(async { Err(StoreError::Unavailable("test store is down".into())) })
-    }
-
-    fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        self.decide(ops)
-    }
-}
-
 #[tokio::test]
 async fn json_store_outage_is_not_blamed_on_the_client() {
-    let server = TestServer::start(config(YAML), Arc::new(DownStore), Default::default()).await;
+    let server = TestServer::start(config(YAML), common::stores::down(), Default::default()).await;
     let r = post_json(&server, &body("x", "hits_addend", 1)).await;
     // Either answered (a failure mode) or a server-side error; never 400 Bad Request,
     // which says the request was malformed.

@@ -17,33 +17,17 @@ use tollgate::store::redis::RedisStore;
 use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
 
 fn cluster_target() -> RedisTarget {
-    RedisTarget::Cluster(
-        common::redis::cluster()
-            .seeds()
-            .iter()
-            .map(|s| format!("redis://{s}"))
-            .collect(),
-    )
+    common::stores::cluster_target()
 }
 
 fn standalone_target() -> RedisTarget {
-    RedisTarget::Standalone(common::redis::standalone().url())
+    common::stores::standalone_target()
 }
 
 async fn store(target: RedisTarget, prefix: &str) -> Arc<RedisStore> {
-    let options = RedisOptions {
-        target,
-        auth: None,
-        key_prefix: prefix.to_owned(),
-        // Generous: these tests assert exact counts, not latency, on a 2-core machine.
-        timeout: Duration::from_secs(5),
-        connect_timeout: Duration::from_secs(5),
-    };
-    Arc::new(
-        RedisStore::connect(&options)
-            .await
-            .expect("connect to the test Redis"),
-    )
+    let mut options = common::stores::options(target, "unused");
+    options.key_prefix = prefix.to_owned();
+    Arc::new(common::stores::connect(&options).await)
 }
 
 const TEN_PER_DAY: &str = "

@@ -215,14 +215,7 @@ async fn the_breaker_fails_fast_while_open_and_recovers_through_a_probe() {
 }
 
 async fn redis_store(test: &str) -> RedisStore {
-    let options = RedisOptions {
-        target: RedisTarget::Standalone(common::redis::standalone().url()),
-        auth: None,
-        key_prefix: common::redis::unique_prefix(test),
-        timeout: Duration::from_secs(5),
-        connect_timeout: Duration::from_secs(5),
-    };
-    RedisStore::connect(&options).await.expect("connect")
+    common::stores::standalone(test).await
 }
 
 fn evalsha_calls() -> u64 {

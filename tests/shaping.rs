@@ -15,8 +15,6 @@ use tollgate::limiter::LimiterOptions;
 use tollgate::proto::rate_limit_response::Code;
 use tollgate::store::Store;
 use tollgate::store::memory::MemoryStore;
-use tollgate::store::redis::RedisStore;
-use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
 
 /// 10 per second: one every 100 ms; a queue of 5.
 const SHAPER: &str = "
@@ -37,14 +35,7 @@ descriptors:
 const INTERVAL: Duration = Duration::from_millis(100);
 
 async fn redis_store(test: &str) -> Arc<dyn Store> {
-    let options = RedisOptions {
-        target: RedisTarget::Standalone(common::redis::standalone().url()),
-        auth: None,
-        key_prefix: common::redis::unique_prefix(test),
-        timeout: Duration::from_secs(5),
-        connect_timeout: Duration::from_secs(5),
-    };
-    Arc::new(RedisStore::connect(&options).await.expect("connect"))
+    Arc::new(common::stores::standalone(test).await)
 }
 
 async fn shapes(store: Arc<dyn Store>) {

@@ -13,7 +13,6 @@ use std::time::Duration;
 use tollgate::algorithm::{Algorithm, Params};
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::RedisStore;
-use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
 use tollgate::store::{CounterKey, CounterOp, Store};
 
 /// A year-long window: no scenario straddles a boundary by accident.
@@ -212,34 +211,12 @@ fn memory() -> MemoryStore {
     MemoryStore::new()
 }
 
-async fn redis(target: RedisTarget, test: &str) -> RedisStore {
-    let options = RedisOptions {
-        target,
-        auth: None,
-        key_prefix: common::redis::unique_prefix(test),
-        timeout: Duration::from_secs(5),
-        connect_timeout: Duration::from_secs(5),
-    };
-    RedisStore::connect(&options)
-        .await
-        .expect("connect to the test Redis")
-}
-
 async fn standalone(test: &str) -> RedisStore {
-    redis(
-        RedisTarget::Standalone(common::redis::standalone().url()),
-        test,
-    )
-    .await
+    common::stores::standalone(test).await
 }
 
 async fn cluster(test: &str) -> RedisStore {
-    let seeds = common::redis::cluster()
-        .seeds()
-        .iter()
-        .map(|s| format!("redis://{s}"))
-        .collect();
-    redis(RedisTarget::Cluster(seeds), test).await
+    common::stores::cluster(test).await
 }
 
 macro_rules! contract {

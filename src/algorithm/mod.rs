@@ -10,6 +10,9 @@ pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
 
+#[cfg(test)]
+pub(crate) mod testing;
+
 use std::time::Duration;
 
 /// How a limit counts. The number is the id the Lua batch script dispatches on.

@@ -115,21 +115,9 @@ mod tests {
             ops in proptest::collection::vec((0u64..4, 0u64..400), 1..300),
         ) {
             let p = params(limit, 1000);
-            let mut now = 10_000u64;
-            let mut state = None;
-            let mut admitted: Vec<(u64, u64)> = Vec::new();
-            for (cost, step) in ops {
-                now += step;
-                let (s, d) = decide(state, &p, now, cost);
-                state = Some(s);
-                if d.allowed {
-                    admitted.push((now, cost));
-                }
-            }
-            for &(t, _) in &admitted {
-                let total: u64 = admitted.iter().filter(|(u, _)| *u >= t && *u < t + 1000).map(|(_, c)| c).sum();
-                prop_assert!(total <= 2 * limit, "{} in [{}, {})", total, t, t + 1000);
-            }
+            let admitted = crate::algorithm::testing::replay(&p, 10_000, &ops);
+            let most = crate::algorithm::testing::max_in_any_interval(&admitted, 1000);
+            prop_assert!(most <= 2 * limit, "{} in one window", most);
         }
     }
 }

@@ -97,25 +97,9 @@ mod tests {
             ops in proptest::collection::vec((0u64..4, 0u64..200), 1..300),
         ) {
             let p = params(limit, 1000, burst);
-            let mut now = 0u64;
-            let mut state = None;
-            let mut admitted: Vec<(u64, u64)> = Vec::new();
-            for (cost, step) in ops {
-                now += step;
-                let (s, d) = decide(state, &p, now, cost);
-                state = Some(s);
-                if d.allowed {
-                    admitted.push((now, cost));
-                }
-            }
-            for (i, &(t0, _)) in admitted.iter().enumerate() {
-                let mut total = 0u64;
-                for &(t1, c) in &admitted[i..] {
-                    total += c;
-                    let bound = burst as f64 + limit as f64 * (t1 - t0) as f64 / 1000.0;
-                    prop_assert!(total as f64 <= bound + 1e-6, "{} > {}", total, bound);
-                }
-            }
+            let admitted = crate::algorithm::testing::replay(&p, 0, &ops);
+            let violation = crate::algorithm::testing::burst_plus_rate_violation(&admitted, burst, limit, 1000);
+            prop_assert!(violation.is_none(), "{:?}", violation);
         }
     }
 }

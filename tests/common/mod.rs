@@ -9,3 +9,4 @@ pub mod envoy;
 pub mod process;
 pub mod redis;
 pub mod server;
+pub mod stores;

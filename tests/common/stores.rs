@@ -1,0 +1,61 @@
+//! Stores for tests: `RedisStore`s on the harness's real servers, each under a key
+//! prefix of its own (tests isolate by prefix, never by restarting Redis), with a
+//! generous timeout (tests assert counts, not latency, on a busy 2-core machine); and
+//! `DownStore`, which fails every call, for what a Redis outage looks like from above.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::store::redis::RedisStore;
+use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
+use tollgate::store::{CounterOp, Store, StoreError, StoreFuture};
+
+pub fn standalone_target() -> RedisTarget {
+    RedisTarget::Standalone(super::redis::standalone().url())
+}
+
+pub fn cluster_target() -> RedisTarget {
+    RedisTarget::Cluster(super::redis::cluster().seed_urls())
+}
+
+/// Options for `target` with a fresh prefix made from `test`.
+pub fn options(target: RedisTarget, test: &str) -> RedisOptions {
+    RedisOptions {
+        target,
+        auth: None,
+        key_prefix: super::redis::unique_prefix(test),
+        timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(5),
+    }
+}
+
+pub async fn connect(options: &RedisOptions) -> RedisStore {
+    RedisStore::connect(options)
+        .await
+        .expect("connect to the test Redis")
+}
+
+pub async fn standalone(test: &str) -> RedisStore {
+    connect(&options(standalone_target(), test)).await
+}
+
+pub async fn cluster(test: &str) -> RedisStore {
+    connect(&options(cluster_target(), test)).await
+}
+
+/// A store that is always down, as Redis is during an outage.
+pub struct DownStore;
+
+impl Store for DownStore {
+    fn decide<'a>(&'a self, _ops: &'a [CounterOp]) -> StoreFuture<'a> {
+        Box::pin(async { Err(StoreError::Unavailable("test store is down".into())) })
+    }
+
+    fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+        self.decide(ops)
+    }
+}
+
+pub fn down() -> Arc<DownStore> {
+    Arc::new(DownStore)
+}
