@@ -35,7 +35,7 @@ fn validate_prints_the_domain_summary() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     for expected in [
-        "config: OK, 4 domain(s)",
+        "config: OK, 5 domain(s)",
         "domain 'endpoints'",
         "domain 'example'",
         "domain 'login'",

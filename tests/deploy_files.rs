@@ -242,7 +242,7 @@ fn envoy_gives_tollgate_time_to_decide_and_names_known_domains() {
             domains.insert(domain.to_owned());
         }
     }
-    assert_eq!(domains.len(), 3, "{domains:?}");
+    assert_eq!(domains.len(), 4, "{domains:?}");
     for domain in &domains {
         assert!(
             config.domain(domain).is_some(),

@@ -26,7 +26,10 @@ pub fn run(path: &Path) -> ExitCode {
                             all.join(" + ")
                         }
                     };
-                    let shadow = if rule.shadow_mode { " shadow_mode" } else { "" };
+                    let mut shadow = if rule.shadow_mode { " shadow_mode".to_owned() } else { String::new() };
+                    if let Some(t) = rule.tarpit {
+                        shadow.push_str(&format!(" tarpit={:?}/{}", t.delay, t.max_concurrent));
+                    }
                     println!("    {}: {limit}{shadow}", rule.path);
                 }
             }

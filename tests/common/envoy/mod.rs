@@ -57,6 +57,12 @@ pub struct Stack {
 impl Stack {
     /// Starts the stack for the test `name` (which names its key prefix).
     pub fn start(name: &str) -> Stack {
+        Stack::start_with(name, &[])
+    }
+
+    /// Like [`Stack::start`], with `replica_args` added to both replicas' `tollgate
+    /// serve` command line (for instance `["--response-headers", "ietf"]`).
+    pub fn start_with(name: &str, replica_args: &[&str]) -> Stack {
         let envoy_bin = envoy_binary();
         let began = Instant::now();
         let nodes = super::redis::cluster().nodes().join(",");
@@ -66,7 +72,9 @@ impl Stack {
             .tempdir_in(guard::run_dir())
             .expect("temp dir");
         let (upstream, upstream_port) = start::upstream(dir.path());
-        let replicas: Vec<Replica> = (0..2).map(|_| start::replica(&nodes, &prefix)).collect();
+        let replicas: Vec<Replica> = (0..2)
+            .map(|_| start::replica(&nodes, &prefix, replica_args))
+            .collect();
         let ports = replicas.iter().map(|r| r.grpc).collect();
         let (envoy, addresses) = start::envoy(&envoy_bin, dir.path(), upstream_port, ports);
         eprintln!(

@@ -18,8 +18,8 @@ const READY_DEADLINE: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(50);
 /// Starts on fresh ports after a lost race for a port.
 const ATTEMPTS: usize = 4;
-/// tollgate's budget for Redis work per request in these tests. Its default, 50 ms,
-/// is exceeded under bursts of 30-100 concurrent requests on a busy 2-core machine
+/// tollgate's budget for Redis work per request in these tests. 50 ms (the default
+/// once) is exceeded under bursts of 30-100 concurrent requests on a busy 2-core machine
 /// (debug and release builds alike); each such call is UNAVAILABLE, and Envoy, with
 /// failure_mode_deny: false, lets the request through uncounted. These tests check
 /// wiring and exactness, so they give Redis 500 ms, still below Envoy's 1 s timeout
@@ -103,8 +103,8 @@ pub struct Replica {
 }
 
 /// A replica on free ports with the repository's `config/`, the Redis Cluster
-/// `nodes` and the key `prefix`, answering gRPC.
-pub fn replica(nodes: &str, prefix: &str) -> Replica {
+/// `nodes`, the key `prefix` and the `extra` arguments, answering gRPC.
+pub fn replica(nodes: &str, prefix: &str, extra: &[&str]) -> Replica {
     for _ in 0..ATTEMPTS {
         let ports = free_ports(2);
         let (grpc, http) = (ports[0], ports[1]);
@@ -117,7 +117,8 @@ pub fn replica(nodes: &str, prefix: &str) -> Replica {
             .args(["--http-addr", &format!("127.0.0.1:{http}")])
             .args(["--redis-cluster", nodes])
             .args(["--key-prefix", prefix])
-            .args(["--redis-timeout-ms", &REDIS_TIMEOUT_MS.to_string()]);
+            .args(["--redis-timeout-ms", &REDIS_TIMEOUT_MS.to_string()])
+            .args(extra);
         let mut server = Server::spawn(command);
         let record = PidRecord::new(server.child.id(), env!("CARGO_BIN_EXE_tollgate"));
         // Both ports bound (or an exit) before the gRPC readiness call.
