@@ -364,6 +364,6 @@ fn shipped_example_configs_validate() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
     let config = load_path(&path).unwrap_or_else(|e| panic!("config/ must validate: {e}"));
     let names: Vec<&str> = config.domains().iter().map(|d| &*d.name).collect();
-    assert_eq!(names, ["endpoints", "example", "login", "tenants"]);
+    assert_eq!(names, ["beta", "endpoints", "example", "login", "tenants"]);
     assert!(config.domains().iter().all(|d| !d.rules.is_empty()));
 }

@@ -17,7 +17,6 @@ use common::server::{TestServer, config};
 use tollgate::clock::ManualClock;
 use tollgate::limiter::LimiterOptions;
 use tollgate::store::memory::MemoryStore;
-use tollgate::store::{CounterOp, Store, StoreError, StoreFuture};
 
 const YAML: &str = "domain: web
 descriptors:

@@ -7,14 +7,13 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use common::server::{TestServer, config, descriptor, request};
 use futures_util::future::join_all;
 use tollgate::limiter::LimiterOptions;
 use tollgate::proto::rate_limit_response::Code;
 use tollgate::store::redis::RedisStore;
-use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
+use tollgate::store::redis::connect::RedisTarget;
 
 fn cluster_target() -> RedisTarget {
     common::stores::cluster_target()

@@ -21,7 +21,6 @@ use tollgate::store::breaker::{Breaker, BreakerOptions};
 use tollgate::store::cache::OverLimitCache;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::RedisStore;
-use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
 use tollgate::store::{CounterKey, CounterOp, Store, StoreError, StoreFuture};
 
 /// A store that works (in memory) or fails after a delay, on command.

@@ -26,7 +26,11 @@ pub fn run(path: &Path) -> ExitCode {
                             all.join(" + ")
                         }
                     };
-                    let mut shadow = if rule.shadow_mode { " shadow_mode".to_owned() } else { String::new() };
+                    let mut shadow = if rule.shadow_mode {
+                        " shadow_mode".to_owned()
+                    } else {
+                        String::new()
+                    };
                     if let Some(t) = rule.tarpit {
                         shadow.push_str(&format!(" tarpit={:?}/{}", t.delay, t.max_concurrent));
                     }
