@@ -2,18 +2,20 @@
 //! (200 "OK" only when [`Health`] says SERVING, else 500 with the reason), the
 //! `POST /json` check endpoint, which takes and returns the gRPC messages in
 //! protobuf's canonical JSON (camelCase names, enum names, durations as `"42s"`), and
-//! the config views `GET /rlconfig` and `GET /config.json` ([`crate::admin`]).
+//! the config views `GET /rlconfig` and `GET /config.json` ([`crate::admin`]), and
+//! `GET /metrics` (Prometheus text format, [`crate::metrics`]).
 
 use std::sync::{Arc, LazyLock};
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
+use tracing::Instrument;
 
 use crate::error::Error;
 use crate::health::Health;
@@ -22,6 +24,7 @@ use crate::proto::{
     FILE_DESCRIPTOR_SET, RateLimitRequest, RateLimitResponse, rate_limit_response::Code,
 };
 use crate::reload::ReloadStatus;
+use crate::telemetry::propagation::{self, HeaderExtractor};
 
 /// What the HTTP handlers read.
 #[derive(Clone)]
@@ -49,6 +52,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/json", any(json_check))
         .route("/rlconfig", get(rlconfig))
         .route("/config.json", get(config_json))
+        .route("/metrics", get(metrics))
         .with_state(state)
 }
 
@@ -76,13 +80,35 @@ async fn config_json(State(state): State<AdminState>) -> Response {
     }
 }
 
-async fn json_check(State(state): State<AdminState>, body: Bytes) -> Response {
+/// The registry in the Prometheus text format; 404 with `USE_PROMETHEUS=false`.
+async fn metrics(State(state): State<AdminState>) -> Response {
+    let metrics = state.limiter.metrics();
+    if !metrics.exposed() {
+        return (
+            StatusCode::NOT_FOUND,
+            "metrics are off (USE_PROMETHEUS=false)\n",
+        )
+            .into_response();
+    }
+    match metrics.encode() {
+        Ok(text) => ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+async fn json_check(State(state): State<AdminState>, headers: HeaderMap, body: Bytes) -> Response {
     let limiter = state.limiter;
     let request = match decode_request(&body) {
         Ok(request) => request,
         Err(message) => return bad_request(message),
     };
-    let response = match limiter.should_rate_limit(&request).await {
+    let span = propagation::request_span("POST /json", &request.domain, &HeaderExtractor(&headers));
+    let result = limiter
+        .should_rate_limit(&request)
+        .instrument(span.clone())
+        .await;
+    propagation::record_decision(&span, &result);
+    let response = match result {
         Ok(response) => response,
         Err(error @ Error::InvalidRequest(_)) => return bad_request(error.to_string()),
         // The client is not to blame for a backend outage.

@@ -5,10 +5,13 @@
 //! rule), [`limiter`] (rules -> counter operations -> statuses), [`store`] (where the
 //! counters live, decided atomically per request) and [`algorithm`] (the pure models).
 //! [`server`] wires them to sockets, with [`health`] (readiness), [`reload`] (hot
-//! reload) and [`admin`] (the config views); `main.rs` only parses the command line.
+//! reload) and [`admin`] (the config views); [`metrics`] (Prometheus) and [`telemetry`]
+//! (logs, OTLP traces) are what operators see; [`bench`] is the load generator behind
+//! `tollgate bench`; `main.rs` only parses the command line.
 
 pub mod admin;
 pub mod algorithm;
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -17,6 +20,7 @@ pub mod health;
 pub mod http;
 pub mod limiter;
 pub mod matcher;
+pub mod metrics;
 pub mod proto;
 pub mod reload;
 pub mod server;

@@ -1,7 +1,7 @@
 //! Reloading the config set while serving: load and validate the whole set with
 //! [`config::load_path`], swap it into the [`Limiter`] atomically, and keep the
 //! [`ReloadState`] (generation, hash of the files, last success and failure) that the
-//! admin endpoints and metrics read. A set that does not validate never replaces the
+//! admin endpoints read; the limiter's metrics count reloads and show the generation. A set that does not validate never replaces the
 //! one being served: it is logged with every error, in one warn event, and counted.
 //!
 //! Counters are keyed by domain, rule path, entries, algorithm and window, never by
@@ -226,6 +226,10 @@ pub struct Reloader {
 impl Reloader {
     /// `status` describes the set `limiter` serves now (see [`ReloadStatus::new`]).
     pub fn new(limiter: Arc<Limiter>, path: PathBuf, status: Arc<ReloadStatus>) -> Self {
+        let served = status.snapshot();
+        limiter
+            .metrics()
+            .config_served(served.generation, served.hash.as_deref());
         Self {
             limiter,
             path,
@@ -287,6 +291,9 @@ impl Reloader {
                     state.successes += 1;
                     state.generation
                 };
+                let metrics = self.limiter.metrics();
+                metrics.reload(true);
+                metrics.config_served(generation, Some(&set.hash));
                 tracing::info!(
                     event = "config_reloaded",
                     path = %self.path.display(),
@@ -307,6 +314,7 @@ impl Reloader {
                     state.failures += 1;
                     (state.generation, state.failures)
                 };
+                self.limiter.metrics().reload(false);
                 tracing::warn!(
                     event = "config_reload_failed",
                     path = %self.path.display(),

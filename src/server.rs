@@ -6,9 +6,15 @@
 //! health and `/healthcheck`), both ports keep answering for [`ServeOptions::drain`]
 //! (time for Envoy and Kubernetes to stop sending), then the listeners close (new
 //! connections are refused) and the calls in flight finish.
+//!
+//! With [`ServeOptions::tls`] the gRPC port speaks TLS (mTLS with a client CA); see
+//! [`tls`]. The HTTP admin port stays plain.
+
+pub mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +41,8 @@ pub struct ServeOptions {
     pub reload: Arc<ReloadStatus>,
     /// How long both ports keep answering after shutdown begins, NOT_SERVING.
     pub drain: Duration,
+    /// TLS on the gRPC port; `None`: plain text.
+    pub tls: Option<Arc<tls::ServerTls>>,
 }
 
 /// Names under which grpc.health.v1 reports: the whole server (""), the name
@@ -103,6 +111,11 @@ where
 {
     let grpc_addr = listeners.grpc_addr();
     let http_addr = listeners.http_addr();
+    let grpc_tls = match &options.tls {
+        Some(tls) if tls.mutual() => "mtls",
+        Some(_) => "tls",
+        None => "off",
+    };
     let (reporter, health_service) = tonic_health::server::health_reporter();
     // Set before the port answers, so no check ever sees an unset status.
     let mut changes = options.health.subscribe();
@@ -143,19 +156,28 @@ where
         let _ = stop_tx.send(true);
     });
 
-    // Rate-limit calls are tiny and latency-bound: send each answer at once.
-    let incoming = TcpListenerStream::new(listeners.grpc).map(|stream| {
-        if let Ok(s) = &stream {
-            let _ = s.set_nodelay(true);
-        }
-        stream
-    });
-    let grpc = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(RateLimitGrpc::new(limiter.clone()).into_server())
-        .serve_with_incoming_shutdown(incoming, stopped());
+        .add_service(RateLimitGrpc::new(limiter.clone()).into_server());
+    type Serving = Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
+    let grpc: Serving = match options.tls {
+        // The TLS acceptor sets TCP_NODELAY itself.
+        Some(tls) => {
+            Box::pin(router.serve_with_incoming_shutdown(tls.incoming(listeners.grpc), stopped()))
+        }
+        None => {
+            // Rate-limit calls are tiny and latency-bound: send each answer at once.
+            let incoming = TcpListenerStream::new(listeners.grpc).map(|stream| {
+                if let Ok(s) = &stream {
+                    let _ = s.set_nodelay(true);
+                }
+                stream
+            });
+            Box::pin(router.serve_with_incoming_shutdown(incoming, stopped()))
+        }
+    };
     let admin = AdminState {
         limiter,
         health: options.health,
@@ -164,7 +186,7 @@ where
     let http =
         axum::serve(listeners.http, crate::http::router(admin)).with_graceful_shutdown(stopped());
 
-    tracing::info!(grpc = %grpc_addr, http = %http_addr, "tollgate serving");
+    tracing::info!(grpc = %grpc_addr, http = %http_addr, grpc_tls, "tollgate serving");
     let (grpc_result, http_result) = tokio::join!(grpc, http);
     follower.abort();
     drainer.abort();

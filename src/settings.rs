@@ -4,10 +4,12 @@
 //! the tests are in `tests.rs`.
 
 pub mod compat;
+pub mod observability;
 pub mod protection;
 mod redis;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -51,6 +53,8 @@ pub struct ServeFlags {
     pub redis_url: Option<String>,
     /// `--redis-cluster`: comma-separated seed nodes.
     pub redis_cluster: Option<String>,
+    /// `--redis-sentinel`: `name,host:port,...` (the group, then the sentinels).
+    pub redis_sentinel: Option<String>,
     pub redis_timeout_ms: Option<u64>,
     pub key_prefix: Option<String>,
     /// `--drain-seconds`.
@@ -68,6 +72,13 @@ pub struct ServeFlags {
     pub local_cache_bytes: Option<u64>,
     pub breaker_failures: Option<u32>,
     pub breaker_open_ms: Option<u64>,
+    /// `--grpc-tls-cert`, `--grpc-tls-key`: TLS on the gRPC port (see `tls.rs`).
+    pub grpc_tls_cert: Option<PathBuf>,
+    pub grpc_tls_key: Option<PathBuf>,
+    /// `--grpc-tls-client-ca`: mTLS, clients need a certificate signed by this CA.
+    pub grpc_tls_client_ca: Option<PathBuf>,
+    /// `--grpc-tls-client-san`: a name the client certificate must be valid for.
+    pub grpc_tls_client_san: Option<String>,
 }
 
 /// Fully resolved settings.
@@ -94,6 +105,10 @@ pub struct ServeSettings {
     pub ignored: Vec<(&'static str, &'static str)>,
     /// Response headers, jitter, replicas, local cache and breaker.
     pub protection: protection::Protection,
+    /// TLS (and mTLS) on the gRPC port; `None`: plain text.
+    pub grpc_tls: Option<tls::GrpcTls>,
+    /// Metrics (`USE_PROMETHEUS`, `NEAR_LIMIT_RATIO`) and traces (`TRACING_*`, `OTEL_*`).
+    pub observability: observability::Observability,
 }
 
 impl ServeSettings {
@@ -176,6 +191,8 @@ impl ServeSettings {
             ignore_dotfiles,
             ignored: compat::ignored(&var),
             protection: protection::resolve(flags, &var)?,
+            grpc_tls: tls::grpc_tls(flags, &var)?,
+            observability: observability::resolve(&var)?,
         })
     }
 }

@@ -78,6 +78,7 @@ async fn start() -> Admin {
         health: health.clone(),
         reload: status,
         drain: std::time::Duration::ZERO,
+        tls: None,
     };
     tokio::spawn(server::run_with(listeners, limiter, options, async move {
         let _ = rx.await;

@@ -59,6 +59,7 @@ async fn store() -> RedisStore {
         key_prefix: String::new(),
         timeout: Duration::from_secs(60),
         connect_timeout: Duration::from_secs(10),
+        tls: Default::default(),
     };
     RedisStore::connect(&options)
         .await

@@ -19,6 +19,7 @@ fn options(target: RedisTarget, auth: Option<&str>, timeout: Duration) -> RedisO
         key_prefix: common::redis::unique_prefix("failure"),
         timeout,
         connect_timeout: Duration::from_secs(2),
+        tls: Default::default(),
     }
 }
 

@@ -1,7 +1,8 @@
-//! The command line: `serve`, `validate`, `check` and `simulate`. Each subcommand
+//! The command line: `serve`, `validate`, `check`, `simulate` and `bench`. Each subcommand
 //! lives in its own file and returns a process exit code; `main.rs` only parses and
 //! dispatches.
 
+pub mod bench;
 pub mod check;
 pub mod serve;
 pub mod simulate;
@@ -36,6 +37,8 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Replay a traffic pattern through the algorithm models; print a table, draw an SVG.
     Simulate(simulate::SimulateArgs),
+    /// Load any ShouldRateLimit server; report throughput and latency percentiles.
+    Bench(bench::BenchArgs),
 }
 
 pub async fn run(cli: Cli) -> ExitCode {
@@ -44,5 +47,6 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Validate { path } => validate::run(&path),
         Command::Check(args) => check::run(args).await,
         Command::Simulate(args) => simulate::run(args),
+        Command::Bench(args) => bench::run(args).await,
     }
 }

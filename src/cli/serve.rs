@@ -11,6 +11,7 @@ use clap::Args;
 use crate::config::watch::WatchOptions;
 use crate::health::{self, Health};
 use crate::limiter::{Limiter, LimiterOptions};
+use crate::metrics::Metrics;
 use crate::reload::{self, ReloadStatus, Reloader, Trigger};
 use crate::server::{self, Listeners, ServeOptions};
 use crate::settings::{ServeFlags, ServeSettings};
@@ -25,7 +26,7 @@ pub struct ServeArgs {
     /// gRPC listen address [default: $GRPC_HOST:$GRPC_PORT, else 0.0.0.0:8081]
     #[arg(long)]
     pub grpc_addr: Option<String>,
-    /// HTTP listen address for /healthcheck, /json, /rlconfig, /config.json [default: $HOST:$PORT, else 0.0.0.0:8080]
+    /// HTTP listen address for /healthcheck, /json, /rlconfig, /config.json, /metrics [default: $HOST:$PORT, else 0.0.0.0:8080]
     #[arg(long)]
     pub http_addr: Option<String>,
     /// Answer OK overall even when over a limit (also $SHADOW_MODE)
@@ -37,6 +38,9 @@ pub struct ServeArgs {
     /// Redis Cluster seed nodes: host:port,host:port,... [default: $REDIS_URL with $REDIS_TYPE=cluster]
     #[arg(long)]
     pub redis_cluster: Option<String>,
+    /// Redis Sentinel: the master group's name, then the sentinels: name,host:port,... [default: $REDIS_URL with $REDIS_TYPE=sentinel]
+    #[arg(long, value_name = "NAME,HOST:PORT,...")]
+    pub redis_sentinel: Option<String>,
     /// Budget in milliseconds for one request's Redis work; beyond it the request gets UNAVAILABLE
     #[arg(long, value_name = "MS")]
     pub redis_timeout_ms: Option<u64>,
@@ -70,13 +74,24 @@ pub struct ServeArgs {
     /// How long an open breaker fails fast before probing Redis again [default: 1000]
     #[arg(long, value_name = "MS")]
     pub breaker_open_ms: Option<u64>,
+    /// TLS on the gRPC port: certificate chain (PEM), reloaded when it changes [default: $GRPC_SERVER_TLS_CERT if $GRPC_SERVER_USE_TLS]
+    #[arg(long, value_name = "PEM")]
+    pub grpc_tls_cert: Option<std::path::PathBuf>,
+    /// TLS on the gRPC port: private key (PEM) [default: $GRPC_SERVER_TLS_KEY]
+    #[arg(long, value_name = "PEM")]
+    pub grpc_tls_key: Option<std::path::PathBuf>,
+    /// mTLS: clients must present a certificate signed by this CA (PEM) [default: $GRPC_CLIENT_TLS_CACERT]
+    #[arg(long, value_name = "PEM")]
+    pub grpc_tls_client_ca: Option<std::path::PathBuf>,
+    /// mTLS: a DNS name or IP the client certificate must be valid for [default: $GRPC_CLIENT_TLS_SAN]
+    #[arg(long, value_name = "NAME")]
+    pub grpc_tls_client_san: Option<String>,
 }
 
 pub async fn run(args: ServeArgs) -> ExitCode {
     let env = |name: &str| std::env::var(name).ok();
     let level = env("LOG_LEVEL");
     let json = env("LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
-    telemetry::init(level.as_deref(), json);
 
     let flags = ServeFlags {
         config: args.config,
@@ -85,6 +100,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         shadow_mode: args.shadow_mode,
         redis_url: args.redis_url,
         redis_cluster: args.redis_cluster,
+        redis_sentinel: args.redis_sentinel,
         redis_timeout_ms: args.redis_timeout_ms,
         key_prefix: args.key_prefix,
         drain_seconds: Some(args.drain_seconds),
@@ -96,6 +112,10 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         local_cache_bytes: args.local_cache_bytes,
         breaker_failures: args.breaker_failures,
         breaker_open_ms: args.breaker_open_ms,
+        grpc_tls_cert: args.grpc_tls_cert,
+        grpc_tls_key: args.grpc_tls_key,
+        grpc_tls_client_ca: args.grpc_tls_client_ca,
+        grpc_tls_client_san: args.grpc_tls_client_san,
     };
     let settings = match ServeSettings::resolve(&flags, &env) {
         Ok(settings) => settings,
@@ -104,6 +124,28 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let observability = &settings.observability;
+    let tracing_settings = observability.tracing.as_ref();
+    let telemetry = match telemetry::init_with_tracing(level.as_deref(), json, tracing_settings) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("tollgate: cannot start: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(t) = tracing_settings {
+        tracing::info!(
+            event = "tracing_enabled",
+            protocol = ?t.protocol,
+            service_name = %t.service_name,
+            sampling_rate = t.sampling_rate,
+            "exporting trace spans over OTLP"
+        );
+    }
+    let metrics = Arc::new(Metrics::new(
+        observability.near_limit_ratio,
+        observability.metrics,
+    ));
     let loaded = match reload::load_set(&settings.config) {
         Ok(loaded) => loaded,
         Err(error) => {
@@ -133,11 +175,24 @@ pub async fn run(args: ServeArgs) -> ExitCode {
              a ConfigMap's ..data would otherwise load every domain twice"
         );
     }
+    // Certificates are read before anything connects, so a bad file stops the start.
+    let tls = match settings.grpc_tls.clone().map(server::tls::ServerTls::load) {
+        None => None,
+        Some(Ok(tls)) => Some(tls),
+        Some(Err(e)) => {
+            eprintln!("tollgate: cannot start: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let _tls_reload = tls
+        .as_ref()
+        .map(|tls| AbortOnDrop(tls.spawn_reload(server::tls::RELOAD_INTERVAL)));
     let protection = &settings.protection;
-    let store = match stack::build(
+    let store = match stack::build_with_metrics(
         settings.redis.as_ref(),
         protection.breaker,
         protection.local_cache_bytes,
+        Some(&metrics),
     )
     .await
     {
@@ -147,7 +202,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let limiter = Arc::new(Limiter::new(
+    let limiter = Arc::new(Limiter::with_metrics(
         loaded.config,
         store,
         LimiterOptions {
@@ -156,6 +211,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             retry_after_jitter: protection.retry_after_jitter,
             replicas: protection.replicas,
         },
+        metrics,
     ));
     let status = Arc::new(ReloadStatus::new(Some(loaded.hash)));
     let reloader = Arc::new(Reloader::new(
@@ -189,8 +245,11 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         health,
         reload: status,
         drain: settings.drain,
+        tls,
     };
-    match server::run_with(listeners, limiter, options, shutdown_signal()).await {
+    let served = server::run_with(listeners, limiter, options, shutdown_signal()).await;
+    telemetry.shutdown().await;
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "server failed");

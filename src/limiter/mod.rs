@@ -6,6 +6,7 @@
 pub mod answer;
 pub mod bounds;
 pub mod fallback;
+mod observe;
 pub mod plan;
 pub mod tarpit;
 
@@ -20,6 +21,7 @@ use self::plan::{Limits, Resolved};
 use crate::algorithm::Decision;
 use crate::config::{Config, FailureMode, Limit, Rule};
 use crate::error::Error;
+use crate::metrics::Metrics;
 use crate::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::{CounterOp, Store};
@@ -44,6 +46,7 @@ pub struct Limiter {
     options: LimiterOptions,
     tarpits: tarpit::Tarpits,
     fallback: fallback::Fallback,
+    metrics: Arc<Metrics>,
 }
 
 /// One descriptor's part of the batch.
@@ -58,13 +61,25 @@ enum Plan<'a> {
 }
 
 impl Limiter {
+    /// A limiter with metrics of its own (see [`Limiter::with_metrics`]).
     pub fn new(config: Config, store: Arc<dyn Store>, options: LimiterOptions) -> Self {
+        Self::with_metrics(config, store, options, Arc::default())
+    }
+
+    /// A limiter recording into `metrics` (shared with the store stack and the reloader).
+    pub fn with_metrics(
+        config: Config,
+        store: Arc<dyn Store>,
+        options: LimiterOptions,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             config: ArcSwap::from_pointee(config),
             store,
             tarpits: tarpit::Tarpits::default(),
             fallback: fallback::Fallback::new(options.replicas),
             options,
+            metrics,
         }
     }
 
@@ -77,24 +92,27 @@ impl Limiter {
         self.config.store(Arc::new(config));
     }
 
-    pub async fn should_rate_limit(
-        &self,
-        request: &RateLimitRequest,
-    ) -> Result<RateLimitResponse, Error> {
+    /// The decision itself; `should_rate_limit` (in `observe.rs`) times and counts it.
+    async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Error> {
         bounds::validate(request)?;
         let snapshot = self.config.load();
         let domain = snapshot.domain(&request.domain);
         // Envoy sends 0 when the route sets no hits_addend: that means one hit.
         let default_cost = u64::from(request.hits_addend.max(1));
 
-        let mut resolved = Vec::with_capacity(request.descriptors.len());
-        for (index, descriptor) in request.descriptors.iter().enumerate() {
-            resolved.push(match domain {
-                Some(domain) => plan::resolve(domain, index, descriptor)?,
-                None => Resolved::NoLimit,
-            });
-        }
-        plan::apply_replaces(&mut resolved);
+        let resolved = {
+            let _matching = observe::match_span(request).entered();
+            let mut resolved = Vec::with_capacity(request.descriptors.len());
+            for (index, descriptor) in request.descriptors.iter().enumerate() {
+                resolved.push(match domain {
+                    Some(domain) => plan::resolve(domain, index, descriptor)?,
+                    None => Resolved::NoLimit,
+                });
+            }
+            plan::apply_replaces(&mut resolved);
+            observe::matched(&resolved);
+            resolved
+        };
 
         let mut plans = Vec::with_capacity(resolved.len());
         let mut ops = Vec::new();
@@ -135,17 +153,20 @@ impl Limiter {
             });
         }
 
+        let mut local = Vec::new();
         let decisions = if ops.is_empty() {
             Vec::new()
         } else {
-            match self.store.decide(&ops).await {
+            match self.store.decide_noting_local(&ops, &mut local).await {
                 Ok(decisions) => decisions,
                 Err(error) => {
                     let mode = domain.map_or(FailureMode::default(), |d| d.failure_mode);
+                    self.metrics.fallback(mode);
                     self.fallback.decide(mode, &ops, error, &request.domain)?
                 }
             }
         };
+        self.count_rules(&plans, &ops, &decisions, &local);
 
         let reports: Vec<Report<'_>> = plans
             .iter()
@@ -374,12 +395,5 @@ fn status(plan: &Plan<'_>, decisions: &[Decision]) -> DescriptorStatus {
             nanos: 0,
         }),
         quota: None,
-    }
-}
-
-impl Limiter {
-    /// Fallback decisions taken so far, per failure mode.
-    pub fn fallback_counts(&self) -> Vec<(FailureMode, u64)> {
-        self.fallback.counts()
     }
 }

@@ -1,6 +1,6 @@
 //! envoyproxy/ratelimit's settings that tollgate does not read, each with the reason,
 //! and those it refuses because ignoring them would serve something other than what
-//! the deployment asked for (a TLS port served in clear text, limits read over xDS,
+//! the deployment asked for (a Unix socket served as TCP, limits read over xDS,
 //! counters in memcached). The README's compatibility table says the same; a unit test
 //! keeps this list and the code that reads variables from overlapping.
 
@@ -22,34 +22,17 @@ pub const IGNORED: &[(&str, &str)] = &[
     ("EXTRA_TAGS", "statsd is not supported"),
     ("STATS_FLUSH_INTERVAL", "statsd is not supported"),
     ("DISABLE_STATS", "statsd is not supported"),
-    ("USE_PROMETHEUS", "Prometheus metrics are not built yet"),
-    ("PROMETHEUS_ADDR", "Prometheus metrics are not built yet"),
-    ("PROMETHEUS_PATH", "Prometheus metrics are not built yet"),
+    (
+        "PROMETHEUS_ADDR",
+        "metrics are served at /metrics on the HTTP port (--http-addr)",
+    ),
+    (
+        "PROMETHEUS_PATH",
+        "metrics are served at /metrics on the HTTP port (--http-addr)",
+    ),
     (
         "PROMETHEUS_MAPPER_YAML",
-        "Prometheus metrics are not built yet",
-    ),
-    ("NEAR_LIMIT_RATIO", "it only feeds metrics, not built yet"),
-    ("TRACING_ENABLED", "OpenTelemetry tracing is not built yet"),
-    (
-        "TRACING_SERVICE_NAME",
-        "OpenTelemetry tracing is not built yet",
-    ),
-    (
-        "TRACING_SERVICE_NAMESPACE",
-        "OpenTelemetry tracing is not built yet",
-    ),
-    (
-        "TRACING_SERVICE_INSTANCE_ID",
-        "OpenTelemetry tracing is not built yet",
-    ),
-    (
-        "TRACING_SAMPLING_RATE",
-        "OpenTelemetry tracing is not built yet",
-    ),
-    (
-        "TRACING_EXPORTER_PROTOCOL",
-        "OpenTelemetry tracing is not built yet",
+        "metric names are tollgate's own (see README, Observability)",
     ),
     ("RESPONSE_DYNAMIC_METADATA", "dynamic metadata is not sent"),
     (
@@ -147,36 +130,11 @@ const REFUSED: &[(&str, &[&str], &str)] = &[
     ),
     ("MEMCACHE_HOST_PORT", &[], "memcached is not supported"),
     ("MEMCACHE_SRV", &[], "memcached is not supported"),
-    (
-        "GRPC_SERVER_USE_TLS",
-        &["false", "0", "f"],
-        "a TLS gRPC port is not supported yet",
-    ),
     ("GRPC_UDS", &[], "gRPC on a Unix socket is not supported"),
-    (
-        "REDIS_TLS_CACERT",
-        &[],
-        "a custom CA for Redis TLS is not supported yet",
-    ),
-    (
-        "REDIS_TLS_CLIENT_CERT",
-        &[],
-        "client certificates for Redis are not supported yet",
-    ),
-    (
-        "REDIS_TLS_CLIENT_KEY",
-        &[],
-        "client certificates for Redis are not supported yet",
-    ),
     (
         "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
         &["false", "0", "f"],
         "Redis TLS always verifies the host name",
-    ),
-    (
-        "REDIS_SENTINEL_AUTH",
-        &[],
-        "Redis Sentinel is not supported",
     ),
 ];
 
@@ -216,11 +174,7 @@ mod tests {
 
     #[test]
     fn harmless_values_pass_and_the_rest_is_refused() {
-        let ok = vars(&[
-            ("CONFIG_TYPE", "file"),
-            ("GRPC_SERVER_USE_TLS", "false"),
-            ("BACKEND_TYPE", "REDIS"),
-        ]);
+        let ok = vars(&[("CONFIG_TYPE", "file"), ("BACKEND_TYPE", "REDIS")]);
         assert_eq!(refused(&ok), None);
         let xds = vars(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]);
         assert!(
@@ -230,8 +184,8 @@ mod tests {
         );
         let memcache = vars(&[("MEMCACHE_HOST_PORT", "m:11211")]);
         assert!(refused(&memcache).unwrap().contains("memcached"));
-        let tls = vars(&[("GRPC_SERVER_USE_TLS", "true")]);
-        assert!(refused(&tls).is_some());
+        let uds = vars(&[("GRPC_UDS", "/run/rl.sock")]);
+        assert!(refused(&uds).is_some());
     }
 
     #[test]

@@ -1,15 +1,17 @@
-//! The Redis part of `serve`'s settings: `--redis-url` / `--redis-cluster`, else
-//! envoyproxy/ratelimit's `REDIS_*` variables and `CACHE_KEY_PREFIX`.
+//! The Redis part of `serve`'s settings: `--redis-url` / `--redis-cluster` /
+//! `--redis-sentinel`, else envoyproxy/ratelimit's `REDIS_*` variables (with
+//! `REDIS_TYPE=sentinel`, `REDIS_SENTINEL_AUTH` and the `REDIS_TLS_*` files) and
+//! `CACHE_KEY_PREFIX`.
 
 use std::time::Duration;
 
 use super::{DEFAULT_REDIS_TIMEOUT_MS, REDIS_CONNECT_TIMEOUT, ServeFlags, parse_bool};
 use crate::error::Error;
-use crate::store::redis::connect::{RedisOptions, RedisTarget};
+use crate::store::redis::connect::{RedisOptions, RedisTarget, RedisTls};
 
-/// `--redis-url` / `--redis-cluster`, else envoyproxy/ratelimit's `REDIS_TYPE`,
-/// `REDIS_URL`, `REDIS_SOCKET_TYPE`, `REDIS_AUTH`, `REDIS_TLS`; no URL at all means
-/// no Redis.
+/// `--redis-url` / `--redis-cluster` / `--redis-sentinel`, else envoyproxy/ratelimit's
+/// `REDIS_TYPE`, `REDIS_URL`, `REDIS_SOCKET_TYPE`, `REDIS_AUTH`, `REDIS_TLS`; no URL
+/// at all means no Redis.
 pub(super) fn redis_options(
     flags: &ServeFlags,
     var: &dyn Fn(&str) -> Option<String>,
@@ -20,15 +22,26 @@ pub(super) fn redis_options(
         None => false,
     };
     let unix = var("REDIS_SOCKET_TYPE").is_some_and(|t| t.eq_ignore_ascii_case("unix"));
-    let target = match (&flags.redis_url, &flags.redis_cluster) {
-        (Some(_), Some(_)) => {
-            return Err(Error::Settings(
-                "--redis-url and --redis-cluster exclude each other".into(),
-            ));
-        }
-        (Some(url), None) => RedisTarget::Standalone(to_url(url, tls, false)),
-        (None, Some(nodes)) => RedisTarget::Cluster(split_nodes(nodes, tls)?),
-        (None, None) => {
+    let sentinel_auth = var("REDIS_SENTINEL_AUTH");
+    let given = [
+        flags.redis_url.is_some(),
+        flags.redis_cluster.is_some(),
+        flags.redis_sentinel.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() > 1 {
+        return Err(Error::Settings(
+            "--redis-url, --redis-cluster and --redis-sentinel exclude each other".into(),
+        ));
+    }
+    let target = match (
+        &flags.redis_url,
+        &flags.redis_cluster,
+        &flags.redis_sentinel,
+    ) {
+        (Some(url), _, _) => RedisTarget::Standalone(to_url(url, tls, false)),
+        (_, Some(nodes), _) => RedisTarget::Cluster(split_nodes(nodes, tls)?),
+        (_, _, Some(list)) => sentinel(list, tls, sentinel_auth.clone())?,
+        (None, None, None) => {
             let Some(url) = var("REDIS_URL") else {
                 return Ok(None);
             };
@@ -39,9 +52,10 @@ pub(super) fn redis_options(
             {
                 "single" => RedisTarget::Standalone(to_url(&url, tls, unix)),
                 "cluster" => RedisTarget::Cluster(split_nodes(&url, tls)?),
+                "sentinel" => sentinel(&url, tls, sentinel_auth.clone())?,
                 other => {
                     return Err(Error::Settings(format!(
-                        "REDIS_TYPE: '{other}' is not supported (expected single or cluster)"
+                        "REDIS_TYPE: '{other}' is not supported (expected single, cluster or sentinel)"
                     )));
                 }
             }
@@ -62,8 +76,28 @@ pub(super) fn redis_options(
         .or_else(|| var("CACHE_KEY_PREFIX"))
         .unwrap_or_default();
     crate::store::redis::keys::check_prefix(&key_prefix).map_err(Error::Settings)?;
+    if sentinel_auth.is_some() && !matches!(target, RedisTarget::Sentinel { .. }) {
+        return Err(Error::Settings(
+            "REDIS_SENTINEL_AUTH is set but Redis is not reached through Sentinel \
+             (REDIS_TYPE=sentinel or --redis-sentinel)"
+                .into(),
+        ));
+    }
+    let redis_tls = RedisTls {
+        ca_cert: var("REDIS_TLS_CACERT").map(Into::into),
+        client_cert: var("REDIS_TLS_CLIENT_CERT").map(Into::into),
+        client_key: var("REDIS_TLS_CLIENT_KEY").map(Into::into),
+    };
+    if redis_tls != RedisTls::default() && !uses_tls(&target) {
+        return Err(Error::Settings(
+            "REDIS_TLS_CACERT / REDIS_TLS_CLIENT_CERT / REDIS_TLS_CLIENT_KEY need TLS: \
+             set REDIS_TLS=true or use rediss:// URLs"
+                .into(),
+        ));
+    }
     Ok(Some(RedisOptions {
         target,
+        tls: redis_tls,
         auth: var("REDIS_AUTH"),
         key_prefix,
         timeout: Duration::from_millis(timeout_ms),
@@ -101,4 +135,126 @@ fn split_nodes(list: &str, tls: bool) -> Result<Vec<String>, Error> {
         ));
     }
     Ok(nodes)
+}
+
+/// envoyproxy/ratelimit's Sentinel form: `name,host:port,host:port` (the group's name,
+/// then the sentinels).
+fn sentinel(list: &str, tls: bool, sentinel_auth: Option<String>) -> Result<RedisTarget, Error> {
+    let mut parts = list.split(',').map(str::trim).filter(|p| !p.is_empty());
+    let master = parts.next().unwrap_or_default().to_owned();
+    let sentinels: Vec<String> = parts.map(|n| to_url(n, tls, false)).collect();
+    if master.contains(':') || sentinels.is_empty() {
+        return Err(Error::Settings(format!(
+            "Redis Sentinel: '{list}' is not 'name,host:port[,host:port...]' \
+             (the master group's name, then at least one sentinel)"
+        )));
+    }
+    Ok(RedisTarget::Sentinel {
+        master,
+        sentinels,
+        sentinel_auth,
+    })
+}
+
+fn uses_tls(target: &RedisTarget) -> bool {
+    let tls = |url: &String| url.starts_with("rediss://");
+    match target {
+        RedisTarget::Standalone(url) => tls(url),
+        RedisTarget::Cluster(urls) => urls.iter().any(tls),
+        RedisTarget::Sentinel { sentinels, .. } => sentinels.iter().any(tls),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(flags: &ServeFlags, pairs: &[(&str, &str)]) -> Result<Option<RedisOptions>, Error> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        redis_options(flags, &|name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn sentinel_in_envoyproxy_ratelimit_form() {
+        let o = options(
+            &ServeFlags::default(),
+            &[
+                ("REDIS_TYPE", "sentinel"),
+                ("REDIS_URL", "mymaster,10.0.0.1:26379, 10.0.0.2:26379"),
+                ("REDIS_SENTINEL_AUTH", "s3cret"),
+                ("REDIS_AUTH", "app:pw"),
+            ],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            o.target,
+            RedisTarget::Sentinel {
+                master: "mymaster".into(),
+                sentinels: vec![
+                    "redis://10.0.0.1:26379".into(),
+                    "redis://10.0.0.2:26379".into()
+                ],
+                sentinel_auth: Some("s3cret".into()),
+            }
+        );
+        let shown = format!("{o:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("pw"),
+            "{shown}"
+        );
+        let flag = ServeFlags {
+            redis_sentinel: Some("g,127.0.0.1:1".into()),
+            ..ServeFlags::default()
+        };
+        assert!(matches!(
+            options(&flag, &[]).unwrap().unwrap().target,
+            RedisTarget::Sentinel { .. }
+        ));
+    }
+
+    #[test]
+    fn sentinel_mistakes_are_named() {
+        for bad in ["10.0.0.1:26379,10.0.0.2:26379", "mymaster", ""] {
+            let e = options(
+                &ServeFlags::default(),
+                &[("REDIS_TYPE", "sentinel"), ("REDIS_URL", bad)],
+            );
+            assert!(e.is_err(), "{bad:?} accepted");
+        }
+        let stray = options(
+            &ServeFlags::default(),
+            &[("REDIS_URL", "h:1"), ("REDIS_SENTINEL_AUTH", "x")],
+        );
+        assert!(stray.unwrap_err().to_string().contains("Sentinel"));
+    }
+
+    #[test]
+    fn tls_files_need_tls() {
+        let plain = options(
+            &ServeFlags::default(),
+            &[("REDIS_URL", "h:1"), ("REDIS_TLS_CACERT", "/ca.pem")],
+        );
+        assert!(plain.unwrap_err().to_string().contains("REDIS_TLS=true"));
+        let o = options(
+            &ServeFlags::default(),
+            &[
+                ("REDIS_URL", "h:1"),
+                ("REDIS_TLS", "true"),
+                ("REDIS_TLS_CACERT", "/ca.pem"),
+            ],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(o.target, RedisTarget::Standalone("rediss://h:1".into()));
+        assert_eq!(o.tls.ca_cert, Some("/ca.pem".into()));
+    }
 }

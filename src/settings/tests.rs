@@ -193,7 +193,7 @@ fn redis_flags_win_and_are_checked() {
     assert!(err.to_string().contains("hash tag"), "{err}");
     let err = resolve(
         ServeFlags::default(),
-        &[("REDIS_URL", "a:1"), ("REDIS_TYPE", "sentinel")],
+        &[("REDIS_URL", "a:1"), ("REDIS_TYPE", "memcache")],
     )
     .unwrap_err();
     assert!(err.to_string().contains("REDIS_TYPE"), "{err}");

@@ -93,7 +93,12 @@ impl<S: Store> OverLimitCache<S> {
         }
     }
 
-    async fn decide_cached(&self, ops: &[CounterOp]) -> Result<Vec<Decision>, super::StoreError> {
+    /// Decides `ops`, pushing onto `local` the indices answered from the cache.
+    async fn decide_cached(
+        &self,
+        ops: &[CounterOp],
+        local: &mut Vec<usize>,
+    ) -> Result<Vec<Decision>, super::StoreError> {
         let now = Instant::now();
         let cached: Vec<Option<Duration>> = ops.iter().map(|op| self.cached(op, now)).collect();
         let vetoed = ops
@@ -126,10 +131,10 @@ impl<S: Store> OverLimitCache<S> {
                 })
             })
             .collect();
-        self.hits.fetch_add(
-            cached.iter().filter(|c| c.is_some()).count() as u64,
-            Ordering::Relaxed,
-        );
+        let first = local.len();
+        local.extend((0..ops.len()).filter(|&i| cached[i].is_some()));
+        self.hits
+            .fetch_add((local.len() - first) as u64, Ordering::Relaxed);
         for (&i, d) in rest.iter().zip(checked) {
             decisions[i] = Some(d);
         }
@@ -142,7 +147,15 @@ impl<S: Store> OverLimitCache<S> {
 
 impl<S: Store> Store for OverLimitCache<S> {
     fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        Box::pin(self.decide_cached(ops))
+        Box::pin(async move { self.decide_cached(ops, &mut Vec::new()).await })
+    }
+
+    fn decide_noting_local<'a>(
+        &'a self,
+        ops: &'a [CounterOp],
+        local: &'a mut Vec<usize>,
+    ) -> StoreFuture<'a> {
+        Box::pin(self.decide_cached(ops, local))
     }
 
     /// A dry run consumes nothing, so there is nothing to spare: straight through.
@@ -154,6 +167,14 @@ impl<S: Store> Store for OverLimitCache<S> {
 impl<S: Store> Store for Arc<S> {
     fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
         (**self).decide(ops)
+    }
+
+    fn decide_noting_local<'a>(
+        &'a self,
+        ops: &'a [CounterOp],
+        local: &'a mut Vec<usize>,
+    ) -> StoreFuture<'a> {
+        (**self).decide_noting_local(ops, local)
     }
 
     fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {

@@ -1,11 +1,13 @@
 //! The store seam: a batch of counter operations in, one decision per operation out,
 //! decided atomically for the batch. Implementations: [`memory`] (one process) and
 //! [`redis`] (standalone or cluster, shared by every replica); wrappers: [`breaker`]
-//! (fail fast while the store is down) and [`cache`] (answer known denials locally).
+//! (fail fast while the store is down), [`cache`] (answer known denials locally) and
+//! [`metered`] (time and count the calls that reach the backend).
 
 pub mod breaker;
 pub mod cache;
 pub mod memory;
+pub mod metered;
 pub mod redis;
 pub mod stack;
 
@@ -68,6 +70,19 @@ pub type StoreFuture<'a> =
 /// operation is consumed. A counter never admits more than its limit.
 pub trait Store: Send + Sync + 'static {
     fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a>;
+
+    /// [`Store::decide`], also pushing onto `local` the index of every operation that
+    /// was answered without asking the backend (the over-limit cache's denials), for
+    /// the metrics. Only wrappers that answer locally, or wrap one that does, override
+    /// it; `local` stays empty otherwise.
+    fn decide_noting_local<'a>(
+        &'a self,
+        ops: &'a [CounterOp],
+        local: &'a mut Vec<usize>,
+    ) -> StoreFuture<'a> {
+        let _ = local;
+        self.decide(ops)
+    }
 
     /// Decides as if the request were already denied: the same decisions, nothing
     /// consumed. For true statuses of a request denied before the store was asked.

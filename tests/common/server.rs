@@ -38,11 +38,15 @@ impl TestServer {
     /// Binds both ports on 127.0.0.1:0, serves, and waits until a gRPC health check
     /// succeeds (bounded by [`STARTUP_DEADLINE`]).
     pub async fn start(config: Config, store: Arc<dyn Store>, options: LimiterOptions) -> Self {
+        Self::start_limiter(Arc::new(Limiter::new(config, store, options))).await
+    }
+
+    /// [`TestServer::start`] with a limiter built by the test (its own metrics, say).
+    pub async fn start_limiter(limiter: Arc<Limiter>) -> Self {
         let any: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
         let listeners = Listeners::bind(any, any).await.expect("bind 127.0.0.1:0");
         let grpc_addr = listeners.grpc_addr();
         let http_addr = listeners.http_addr();
-        let limiter = Arc::new(Limiter::new(config, store, options));
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(server::run(listeners, limiter.clone(), async move {
             let _ = rx.await;

@@ -26,6 +26,7 @@ pub fn options(target: RedisTarget, test: &str) -> RedisOptions {
         key_prefix: super::redis::unique_prefix(test),
         timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
+        tls: Default::default(),
     }
 }
 

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis::cluster_routing::Slot;
-use redis::{FromRedisValue, RedisResult, ScriptInvocation};
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ScriptInvocation, ServerErrorKind,
+};
 
 use self::connect::{Connection, RedisOptions};
 use self::scripts::{Refund, Reply};
@@ -67,18 +69,59 @@ impl RedisStore {
         }
     }
 
+    /// Sends `cmd` (an EVALSHA of `script`); on NOSCRIPT loads the script with SCRIPT
+    /// LOAD and sends it once more. The body never travels with EVAL.
+    async fn evalsha<T: FromRedisValue>(&self, cmd: &Cmd, script: &Script) -> RedisResult<T> {
+        async fn run<C: redis::aio::ConnectionLike, T: FromRedisValue>(
+            con: &mut C,
+            cmd: &Cmd,
+            script: &Script,
+        ) -> RedisResult<T> {
+            match cmd.query_async(con).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    script.load_async(con).await?;
+                    cmd.query_async(con).await
+                }
+                other => other,
+            }
+        }
+        match &self.connection {
+            Connection::Standalone(c) => run(&mut c.clone(), cmd, script).await,
+            Connection::Cluster(c) => run(&mut c.clone(), cmd, script).await,
+        }
+    }
+
+    /// One batch script call for the operations `indices` of `ops` (all of them when
+    /// `None`), whose encoded keys are `keys`.
     async fn run_group(
         &self,
         keys: &[String],
-        ops: &[&CounterOp],
+        ops: &[CounterOp],
+        indices: Option<&[usize]>,
         dry_run: bool,
     ) -> Result<Vec<Reply>, StoreError> {
-        let invocation = scripts::batch_invocation(keys, ops, None, dry_run);
+        let cmd = match indices {
+            None => scripts::batch_cmd(
+                ops.len(),
+                keys.iter().map(String::as_str),
+                ops.iter(),
+                None,
+                dry_run,
+            ),
+            Some(indices) => scripts::batch_cmd(
+                indices.len(),
+                indices.iter().map(|&i| keys[i].as_str()),
+                indices.iter().map(|&i| &ops[i]),
+                None,
+                dry_run,
+            ),
+        };
         let values: Vec<i64> = self
-            .invoke(&invocation)
+            .evalsha(&cmd, &scripts::BATCH)
             .await
             .map_err(|e| StoreError::Unavailable(connect::describe(&e)))?;
-        scripts::parse_batch_reply(&values, ops.len()).map_err(StoreError::Unavailable)
+        scripts::parse_batch_reply(&values, indices.map_or(ops.len(), <[usize]>::len))
+            .map_err(StoreError::Unavailable)
     }
 
     async fn decide_batch(
@@ -90,16 +133,18 @@ impl RedisStore {
             .iter()
             .map(|op| keys::encode(&self.prefix, &op.key))
             .collect();
-        // A standalone server has no slots to respect: one script decides everything.
-        let groups = match self.connection {
-            Connection::Standalone(_) => vec![(0..keys.len()).collect()],
-            Connection::Cluster(_) => group_by_slot(&keys),
-        };
-        let results = join_all(groups.iter().map(|indices| {
-            let group_keys: Vec<String> = indices.iter().map(|&i| keys[i].clone()).collect();
-            let group_ops: Vec<&CounterOp> = indices.iter().map(|&i| &ops[i]).collect();
-            async move { self.run_group(&group_keys, &group_ops, dry_run).await }
-        }))
+        // A standalone server has no slots to respect: one script decides everything,
+        // atomically, so there is nothing to group, to join or to refund.
+        if let Connection::Standalone(_) = self.connection {
+            let replies = self.run_group(&keys, ops, None, dry_run).await?;
+            return Ok(replies.into_iter().map(|r| r.decision).collect());
+        }
+        let groups = group_by_slot(&keys);
+        let results = join_all(
+            groups
+                .iter()
+                .map(|indices| self.run_group(&keys, ops, Some(indices), dry_run)),
+        )
         .await;
 
         // Which groups wrote: a group commits unless one of its vetoing ops was denied.

@@ -3,14 +3,16 @@
 //! algorithm module followed by the entry point, so one invocation can decide any mix
 //! of algorithms atomically.
 //!
-//! Invocation goes through `redis::Script`, which sends EVALSHA and falls back to
-//! loading the script on NOSCRIPT (script caches vanish on restart and failover), so
-//! the body crosses the network only when a server lacks it.
+//! The hot path sends [`batch_cmd`]: EVALSHA written straight into one command
+//! buffer; the store loads the script with SCRIPT LOAD and retries on NOSCRIPT
+//! (script caches vanish on restart and failover), so the body crosses the network
+//! only when a server lacks it, and never with EVAL. [`batch_invocation`] builds the
+//! same call as a `redis::ScriptInvocation` (tests inject time through it).
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Script, ScriptInvocation};
+use redis::{Cmd, Script, ScriptInvocation};
 
 use crate::algorithm::Decision;
 use crate::store::CounterOp;
@@ -74,6 +76,45 @@ pub fn batch_invocation<'a>(
     invocation
 }
 
+/// The batch script's EVALSHA for `n` operations of one slot group (`keys` and `ops`
+/// in the same order), as one command. Same arguments as [`batch_invocation`], but
+/// written into the command's single buffer: a `ScriptInvocation` keeps every key and
+/// argument in a `Vec` of its own, then copies them all into a command again, two
+/// allocations per argument and nine arguments per operation.
+pub fn batch_cmd<'a>(
+    n: usize,
+    keys: impl Iterator<Item = &'a str>,
+    ops: impl Iterator<Item = &'a CounterOp>,
+    now_ms: Option<u64>,
+    dry_run: bool,
+) -> Cmd {
+    let key_bytes: usize = keys.size_hint().0 * 48;
+    let mut cmd = Cmd::with_capacity(5 + n * 8, 64 + key_bytes + n * 48);
+    cmd.arg("EVALSHA").arg(BATCH.get_hash()).arg(n);
+    for key in keys {
+        cmd.arg(key);
+    }
+    match now_ms {
+        Some(ms) => cmd.arg(ms),
+        None => cmd.arg(""),
+    };
+    cmd.arg(u8::from(dry_run));
+    for op in ops {
+        let p = &op.params;
+        cmd.arg(p.algorithm.id())
+            .arg(p.limit)
+            .arg(p.window_ms.max(1000))
+            .arg(p.burst)
+            .arg(
+                p.max_delay_ms
+                    .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+            )
+            .arg(wire_cost(op))
+            .arg(u8::from(op.vetoes));
+    }
+    cmd
+}
+
 /// A consumed operation to give back.
 pub struct Refund<'a> {
     pub key: String,
@@ -131,4 +172,59 @@ pub fn parse_batch_reply(values: &[i64], n: usize) -> Result<Vec<Reply>, String>
             }
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Limit, Unit};
+    use crate::store::CounterKey;
+    use std::sync::Arc;
+
+    fn op(limit: u32, cost: u64, vetoes: bool) -> CounterOp {
+        let limit = Limit::fixed(limit, Unit::Minute);
+        CounterOp {
+            key: CounterKey {
+                domain: Arc::from("d"),
+                rule: Arc::from("k"),
+                entries: vec![("k".into(), "v".into())],
+                algorithm: limit.algorithm,
+                window_secs: limit.window_secs(),
+                hash_tag: None,
+            },
+            params: limit.params(),
+            cost,
+            vetoes,
+        }
+    }
+
+    #[test]
+    fn batch_cmd_is_evalsha_with_keys_then_arguments() {
+        let ops = [op(10, 1, true), op(5, 2, false)];
+        let keys = ["a{x}", "b{x}"];
+        let cmd = batch_cmd(2, keys.into_iter(), ops.iter(), None, true);
+        let args: Vec<String> = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<other>".into(),
+            })
+            .collect();
+        let mut expected: Vec<String> = ["EVALSHA", BATCH.get_hash(), "2", "a{x}", "b{x}", "", "1"]
+            .map(String::from)
+            .to_vec();
+        for (limit, cost, vetoes) in [(10, 1, 1), (5, 2, 0)] {
+            let burst = limit;
+            expected.extend(
+                ["1", &limit.to_string(), "60000", &burst.to_string(), "-1"].map(String::from),
+            );
+            expected.push(cost.to_string());
+            expected.push(vetoes.to_string());
+        }
+        assert_eq!(args, expected);
+        let injected = batch_cmd(1, ["k"].into_iter(), ops[..1].iter(), Some(1234), false);
+        let args: Vec<_> = injected.args_iter().collect();
+        assert!(matches!(args[4], redis::Arg::Simple(b"1234")));
+        assert!(matches!(args[5], redis::Arg::Simple(b"0")));
+    }
 }

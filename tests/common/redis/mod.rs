@@ -16,6 +16,7 @@
 
 mod cluster_setup;
 mod commands;
+pub mod custom;
 mod keys;
 mod launch;
 mod teardown;

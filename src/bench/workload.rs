@@ -1,0 +1,194 @@
+//! What `tollgate bench` sends: requests for one domain with D descriptors each, every
+//! descriptor's entries carrying a value drawn from N distinct keys, uniformly or by a
+//! Zipf law (a few hot keys, a long tail).
+
+use crate::proto::rate_limit_descriptor::Entry;
+use crate::proto::{RateLimitDescriptor, RateLimitRequest};
+
+/// How a descriptor's key is drawn from `0..keys`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Distribution {
+    Uniform,
+    /// Key `i` (0-based) has weight `1 / (i + 1)^s`.
+    Zipf(f64),
+}
+
+impl std::str::FromStr for Distribution {
+    type Err = String;
+
+    /// `uniform`, `zipf` (s = 1.0) or `zipf:S`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.split_once(':') {
+            None if text == "uniform" => Ok(Self::Uniform),
+            None if text == "zipf" => Ok(Self::Zipf(1.0)),
+            Some(("zipf", s)) => match s.parse::<f64>() {
+                Ok(s) if s.is_finite() && s > 0.0 && s <= 10.0 => Ok(Self::Zipf(s)),
+                _ => Err(format!("zipf exponent '{s}' must be a number in (0, 10]")),
+            },
+            _ => Err(format!(
+                "unknown distribution '{text}' (expected uniform, zipf or zipf:S)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Distribution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Uniform => f.write_str("uniform"),
+            Self::Zipf(s) => write!(f, "zipf:{s}"),
+        }
+    }
+}
+
+/// The request shape.
+#[derive(Debug, Clone)]
+pub struct WorkloadSpec {
+    pub domain: String,
+    /// Descriptors per request.
+    pub descriptors: usize,
+    /// Entry keys of every descriptor, in order (nested descriptors have several).
+    pub entry_keys: Vec<String>,
+    /// Distinct values per descriptor.
+    pub keys: u64,
+    pub distribution: Distribution,
+    /// Request-level `hits_addend` (0: one hit).
+    pub hits_addend: u32,
+}
+
+/// Builds requests; cheap to share between workers (the values and the Zipf table are
+/// computed once).
+pub struct Workload {
+    spec: WorkloadSpec,
+    values: Vec<String>,
+    /// Cumulative Zipf weights, normalised to end at 1.0; empty for uniform.
+    cdf: Vec<f64>,
+}
+
+impl Workload {
+    pub fn new(spec: WorkloadSpec) -> Self {
+        let keys = usize::try_from(spec.keys.max(1)).unwrap_or(usize::MAX);
+        let values = (0..keys).map(|i| format!("v{i}")).collect();
+        let cdf = match spec.distribution {
+            Distribution::Uniform => Vec::new(),
+            Distribution::Zipf(s) => zipf_cdf(keys, s),
+        };
+        Self { spec, values, cdf }
+    }
+
+    pub fn spec(&self) -> &WorkloadSpec {
+        &self.spec
+    }
+
+    /// One key index, from `rng`.
+    pub fn sample(&self, rng: &mut fastrand::Rng) -> usize {
+        if self.cdf.is_empty() {
+            return rng.usize(..self.values.len());
+        }
+        let u = rng.f64();
+        self.cdf
+            .partition_point(|&c| c < u)
+            .min(self.values.len() - 1)
+    }
+
+    /// A fresh request: each descriptor draws its own key.
+    pub fn request(&self, rng: &mut fastrand::Rng) -> RateLimitRequest {
+        let descriptors = (0..self.spec.descriptors)
+            .map(|d| {
+                let value = &self.values[self.sample(rng)];
+                RateLimitDescriptor {
+                    entries: self
+                        .spec
+                        .entry_keys
+                        .iter()
+                        .map(|key| Entry {
+                            key: descriptor_key(key, d),
+                            value: value.clone(),
+                        })
+                        .collect(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        RateLimitRequest {
+            domain: self.spec.domain.clone(),
+            descriptors,
+            hits_addend: self.spec.hits_addend,
+        }
+    }
+}
+
+/// A `{d}` in an entry key becomes the descriptor's index, so one request can address
+/// several rules (`key{d}` gives `key0`, `key1`, ...); otherwise the key is as given.
+fn descriptor_key(template: &str, index: usize) -> String {
+    if template.contains("{d}") {
+        template.replace("{d}", &index.to_string())
+    } else {
+        template.to_owned()
+    }
+}
+
+fn zipf_cdf(n: usize, s: f64) -> Vec<f64> {
+    let mut cdf = Vec::with_capacity(n);
+    let mut total = 0.0;
+    for i in 0..n {
+        total += 1.0 / ((i + 1) as f64).powf(s);
+        cdf.push(total);
+    }
+    for c in &mut cdf {
+        *c /= total;
+    }
+    cdf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(distribution: Distribution, keys: u64) -> WorkloadSpec {
+        WorkloadSpec {
+            domain: "bench".into(),
+            descriptors: 3,
+            entry_keys: vec!["key".into(), "sub{d}".into()],
+            keys,
+            distribution,
+            hits_addend: 0,
+        }
+    }
+
+    #[test]
+    fn distributions_parse() {
+        assert_eq!("uniform".parse(), Ok(Distribution::Uniform));
+        assert_eq!("zipf".parse(), Ok(Distribution::Zipf(1.0)));
+        assert_eq!("zipf:1.2".parse(), Ok(Distribution::Zipf(1.2)));
+        assert!("zipf:-1".parse::<Distribution>().is_err());
+        assert!("normal".parse::<Distribution>().is_err());
+    }
+
+    #[test]
+    fn requests_have_the_asked_shape() {
+        let workload = Workload::new(spec(Distribution::Uniform, 10));
+        let request = workload.request(&mut fastrand::Rng::with_seed(7));
+        assert_eq!(request.domain, "bench");
+        assert_eq!(request.descriptors.len(), 3);
+        let entries = &request.descriptors[2].entries;
+        assert_eq!(entries[0].key, "key");
+        assert_eq!(entries[1].key, "sub2");
+        assert_eq!(entries[0].value, entries[1].value);
+    }
+
+    #[test]
+    fn zipf_favours_the_first_keys() {
+        let workload = Workload::new(spec(Distribution::Zipf(1.0), 1000));
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut hits = vec![0u32; 1000];
+        for _ in 0..20_000 {
+            hits[workload.sample(&mut rng)] += 1;
+        }
+        // H(1000) ~ 7.49: key 0 gets ~13%, key 999 ~0.013%.
+        assert!(hits[0] > 2000 && hits[0] < 3400, "{}", hits[0]);
+        assert!(hits[0] > hits[9] * 5);
+        let uniform = Workload::new(spec(Distribution::Uniform, 1000));
+        assert!((0..20_000).all(|_| uniform.sample(&mut rng) < 1000));
+    }
+}

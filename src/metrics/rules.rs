@@ -1,0 +1,214 @@
+//! The per-rule counters (`tollgate_rule_*_total`), labelled by domain and rule path,
+//! plus the descriptor's entries only for rules with `detailed_metric: true`. The six
+//! handles of a rule are looked up once and kept in a map by domain and path, so a
+//! request costs one read lock and a few atomic adds, no allocation; detailed rules
+//! carry request values, so their labels are built for every request (unavoidable).
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use crate::store::CounterKey;
+
+/// What one descriptor's hits did to one rule, in hits (`hits_addend`), as
+/// envoyproxy/ratelimit counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuleOutcome {
+    pub hits: u64,
+    /// A limit of the rule was over (whether or not shadow mode let it through).
+    pub over_limit: bool,
+    /// Within the limit, but the counter is now at or above the near-limit ratio.
+    pub near_limit: bool,
+    /// Over the limit, let through by shadow mode (the rule's or the global one).
+    pub shadowed: bool,
+    /// Over the limit as the local over-limit cache answered, without the backend.
+    pub from_local_cache: bool,
+}
+
+/// `domain`, `rule` and, for `detailed_metric` rules, `descriptor` (`k=v,k2=v2`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct RuleLabels {
+    domain: Arc<str>,
+    rule: Arc<str>,
+    descriptor: Option<Box<str>>,
+}
+
+impl EncodeLabelSet for RuleLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("domain", &*self.domain).encode(encoder.encode_label())?;
+        ("rule", &*self.rule).encode(encoder.encode_label())?;
+        // Absent, not empty, when the rule does not ask for descriptor values.
+        if let Some(descriptor) = &self.descriptor {
+            ("descriptor", &**descriptor).encode(encoder.encode_label())?;
+        }
+        Ok(())
+    }
+}
+
+/// One rule's six counters.
+struct RuleCounters {
+    hits: Counter,
+    within_limit: Counter,
+    over_limit: Counter,
+    near_limit: Counter,
+    shadow_mode: Counter,
+    over_limit_with_local_cache: Counter,
+}
+
+impl RuleCounters {
+    fn record(&self, outcome: &RuleOutcome) {
+        let hits = outcome.hits;
+        if hits == 0 {
+            return; // a check-only call counts nothing
+        }
+        self.hits.inc_by(hits);
+        if outcome.over_limit {
+            self.over_limit.inc_by(hits);
+        } else {
+            self.within_limit.inc_by(hits);
+        }
+        if outcome.near_limit {
+            self.near_limit.inc_by(hits);
+        }
+        if outcome.shadowed {
+            self.shadow_mode.inc_by(hits);
+        }
+        if outcome.from_local_cache {
+            self.over_limit_with_local_cache.inc_by(hits);
+        }
+    }
+}
+
+type ByPath = HashMap<Arc<str>, Arc<RuleCounters>>;
+
+pub(super) struct RuleMetrics {
+    hits: Family<RuleLabels, Counter>,
+    within_limit: Family<RuleLabels, Counter>,
+    over_limit: Family<RuleLabels, Counter>,
+    near_limit: Family<RuleLabels, Counter>,
+    shadow_mode: Family<RuleLabels, Counter>,
+    over_limit_with_local_cache: Family<RuleLabels, Counter>,
+    /// Handles of the rules without `detailed_metric`, by domain then rule path.
+    handles: RwLock<HashMap<Arc<str>, ByPath>>,
+}
+
+impl RuleMetrics {
+    pub(super) fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            hits: Family::default(),
+            within_limit: Family::default(),
+            over_limit: Family::default(),
+            near_limit: Family::default(),
+            shadow_mode: Family::default(),
+            over_limit_with_local_cache: Family::default(),
+            handles: RwLock::default(),
+        };
+        let families = [
+            ("hits", "Hits on a rule (hits_addend)", &metrics.hits),
+            (
+                "within_limit",
+                "Hits on a rule that were within its limit",
+                &metrics.within_limit,
+            ),
+            (
+                "over_limit",
+                "Hits on a rule that were over its limit (shadow mode included)",
+                &metrics.over_limit,
+            ),
+            (
+                "near_limit",
+                "Hits within the limit that left the counter at or above NEAR_LIMIT_RATIO of it",
+                &metrics.near_limit,
+            ),
+            (
+                "shadow_mode",
+                "Hits over the limit that shadow mode let through",
+                &metrics.shadow_mode,
+            ),
+            (
+                "over_limit_with_local_cache",
+                "Hits over the limit answered by the local over-limit cache, without the backend",
+                &metrics.over_limit_with_local_cache,
+            ),
+        ];
+        for (name, help, family) in families {
+            registry.register(format!("tollgate_rule_{name}"), help, family.clone());
+        }
+        metrics
+    }
+
+    /// Counts `outcome` for the rule of `key`; `detailed` adds the key's entries as the
+    /// `descriptor` label.
+    pub(super) fn record(&self, key: &CounterKey, detailed: bool, outcome: &RuleOutcome) {
+        if detailed {
+            let labels = RuleLabels {
+                domain: key.domain.clone(),
+                rule: key.rule.clone(),
+                descriptor: Some(descriptor_text(key).into_boxed_str()),
+            };
+            self.counters_for(&labels).record(outcome);
+            return;
+        }
+        let cached = self
+            .handles
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&*key.domain)
+            .and_then(|paths| paths.get(&*key.rule))
+            .cloned();
+        let counters = match cached {
+            Some(counters) => counters,
+            None => self.cache(key),
+        };
+        counters.record(outcome);
+    }
+
+    /// First sight of a rule: its handles, created once and kept.
+    fn cache(&self, key: &CounterKey) -> Arc<RuleCounters> {
+        let labels = RuleLabels {
+            domain: key.domain.clone(),
+            rule: key.rule.clone(),
+            descriptor: None,
+        };
+        let counters = Arc::new(self.counters_for(&labels));
+        let mut handles = self.handles.write().unwrap_or_else(PoisonError::into_inner);
+        handles
+            .entry(key.domain.clone())
+            .or_default()
+            .entry(key.rule.clone())
+            .or_insert(counters)
+            .clone()
+    }
+
+    fn counters_for(&self, labels: &RuleLabels) -> RuleCounters {
+        RuleCounters {
+            hits: self.hits.get_or_create_owned(labels),
+            within_limit: self.within_limit.get_or_create_owned(labels),
+            over_limit: self.over_limit.get_or_create_owned(labels),
+            near_limit: self.near_limit.get_or_create_owned(labels),
+            shadow_mode: self.shadow_mode.get_or_create_owned(labels),
+            over_limit_with_local_cache: self
+                .over_limit_with_local_cache
+                .get_or_create_owned(labels),
+        }
+    }
+}
+
+/// The counter's entries as `k=v,k2=v2` (a `share_threshold` wildcard shows as `*`,
+/// as it is counted).
+fn descriptor_text(key: &CounterKey) -> String {
+    let mut text = String::new();
+    for (i, (k, v)) in key.entries.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(k);
+        text.push('=');
+        text.push_str(v);
+    }
+    text
+}

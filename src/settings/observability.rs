@@ -1,0 +1,235 @@
+//! Settings of what tollgate tells operators: Prometheus metrics (envoyproxy/ratelimit's
+//! `USE_PROMETHEUS`, `NEAR_LIMIT_RATIO`) and OpenTelemetry traces (its `TRACING_*`
+//! variables, and the standard `OTEL_*` ones an OpenTelemetry deployment sets).
+
+use super::parse_bool;
+use crate::error::Error;
+use crate::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+
+pub const DEFAULT_SERVICE_NAME: &str = "tollgate";
+const GRPC_ENDPOINT: &str = "http://localhost:4317";
+const HTTP_ENDPOINT: &str = "http://localhost:4318";
+/// Appended to `OTEL_EXPORTER_OTLP_ENDPOINT` for http/protobuf, as the spec says.
+const HTTP_TRACES_PATH: &str = "/v1/traces";
+
+/// The OTLP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    Grpc,
+    HttpProtobuf,
+}
+
+/// Where and how spans are exported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingSettings {
+    pub protocol: OtlpProtocol,
+    /// For http/protobuf, the full URL of the traces path.
+    pub endpoint: String,
+    pub service_name: String,
+    pub service_namespace: Option<String>,
+    pub service_instance_id: Option<String>,
+    /// Share of new traces sampled, 0 to 1; a sampled parent is always followed.
+    pub sampling_rate: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observability {
+    /// `GET /metrics` answers (`USE_PROMETHEUS=false` turns it off).
+    pub metrics: bool,
+    pub near_limit_ratio: f64,
+    /// `None`: no traces.
+    pub tracing: Option<TracingSettings>,
+}
+
+// The ratios are checked to be finite when resolved, so equality is total.
+impl Eq for Observability {}
+impl Eq for TracingSettings {}
+
+impl Default for Observability {
+    fn default() -> Self {
+        Self {
+            metrics: true,
+            near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
+            tracing: None,
+        }
+    }
+}
+
+pub fn resolve(var: &dyn Fn(&str) -> Option<String>) -> Result<Observability, Error> {
+    let boolean = |name: &str| -> Result<Option<bool>, Error> {
+        var(name)
+            .map(|v| {
+                parse_bool(&v)
+                    .ok_or_else(|| Error::Settings(format!("{name}: '{v}' is not a boolean")))
+            })
+            .transpose()
+    };
+    let metrics = boolean("USE_PROMETHEUS")?.unwrap_or(true);
+    let near_limit_ratio = match var("NEAR_LIMIT_RATIO") {
+        Some(v) => ratio("NEAR_LIMIT_RATIO", &v).and_then(|r| {
+            if r > 0.0 {
+                Ok(r)
+            } else {
+                Err(Error::Settings(format!(
+                    "NEAR_LIMIT_RATIO: '{v}' must be above 0"
+                )))
+            }
+        })?,
+        None => DEFAULT_NEAR_LIMIT_RATIO,
+    };
+    Ok(Observability {
+        metrics,
+        near_limit_ratio,
+        tracing: tracing(var, boolean)?,
+    })
+}
+
+/// A number from 0 to 1.
+fn ratio(name: &str, text: &str) -> Result<f64, Error> {
+    match text.trim().parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(Error::Settings(format!(
+            "{name}: '{text}' is not a number from 0 to 1"
+        ))),
+    }
+}
+
+/// Traces are on with `TRACING_ENABLED=true` or an OTLP endpoint in the environment;
+/// `TRACING_ENABLED=false` or `OTEL_SDK_DISABLED=true` turns them off whatever is set.
+fn tracing(
+    var: &dyn Fn(&str) -> Option<String>,
+    boolean: impl Fn(&str) -> Result<Option<bool>, Error>,
+) -> Result<Option<TracingSettings>, Error> {
+    let enabled = boolean("TRACING_ENABLED")?;
+    let traces_endpoint = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    let endpoint = var("OTEL_EXPORTER_OTLP_ENDPOINT");
+    let disabled = boolean("OTEL_SDK_DISABLED")?.unwrap_or(false);
+    let wanted = enabled.unwrap_or(traces_endpoint.is_some() || endpoint.is_some());
+    if !wanted || disabled {
+        return Ok(None);
+    }
+    // envoyproxy/ratelimit's own variable first, then the OpenTelemetry ones.
+    let protocol_var = [
+        "TRACING_EXPORTER_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ]
+    .into_iter()
+    .find_map(|name| var(name).map(|v| (name, v)));
+    let protocol = match protocol_var {
+        None => OtlpProtocol::HttpProtobuf,
+        Some((name, value)) => match value.trim().to_ascii_lowercase().as_str() {
+            "grpc" => OtlpProtocol::Grpc,
+            "http" | "http/protobuf" => OtlpProtocol::HttpProtobuf,
+            _ => {
+                return Err(Error::Settings(format!(
+                    "{name}: '{value}' is not supported (expected grpc, http or http/protobuf)"
+                )));
+            }
+        },
+    };
+    let endpoint = match (traces_endpoint, endpoint, protocol) {
+        (Some(url), _, _) => url,
+        (None, Some(base), OtlpProtocol::HttpProtobuf) => {
+            format!("{}{HTTP_TRACES_PATH}", base.trim_end_matches('/'))
+        }
+        (None, Some(base), OtlpProtocol::Grpc) => base,
+        (None, None, OtlpProtocol::HttpProtobuf) => format!("{HTTP_ENDPOINT}{HTTP_TRACES_PATH}"),
+        (None, None, OtlpProtocol::Grpc) => GRPC_ENDPOINT.to_owned(),
+    };
+    let sampling_rate = match var("TRACING_SAMPLING_RATE") {
+        Some(v) => ratio("TRACING_SAMPLING_RATE", &v)?,
+        None => 1.0,
+    };
+    Ok(Some(TracingSettings {
+        protocol,
+        endpoint: endpoint.trim().to_owned(),
+        service_name: var("TRACING_SERVICE_NAME")
+            .or_else(|| var("OTEL_SERVICE_NAME"))
+            .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned()),
+        service_namespace: var("TRACING_SERVICE_NAMESPACE"),
+        service_instance_id: var("TRACING_SERVICE_INSTANCE_ID"),
+        sampling_rate,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn resolve_with(vars: &[(&str, &str)]) -> Result<Observability, Error> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        resolve(&|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_serve_metrics_and_trace_nothing() {
+        let o = resolve_with(&[]).unwrap();
+        assert_eq!(o, Observability::default());
+        assert!(o.metrics);
+        assert_eq!(o.near_limit_ratio, 0.8);
+        let o = resolve_with(&[("USE_PROMETHEUS", "false"), ("NEAR_LIMIT_RATIO", "0.5")]);
+        let o = o.unwrap();
+        assert_eq!((o.metrics, o.near_limit_ratio), (false, 0.5));
+        for bad in ["0", "1.5", "x", "NaN"] {
+            let err = resolve_with(&[("NEAR_LIMIT_RATIO", bad)]).unwrap_err();
+            assert!(err.to_string().contains("NEAR_LIMIT_RATIO"), "{err}");
+        }
+    }
+
+    #[test]
+    fn tracing_follows_envoyproxy_ratelimit_and_otel_variables() {
+        let t = resolve_with(&[("TRACING_ENABLED", "true")])
+            .unwrap()
+            .tracing
+            .unwrap();
+        assert_eq!(t.protocol, OtlpProtocol::HttpProtobuf);
+        assert_eq!(t.endpoint, "http://localhost:4318/v1/traces");
+        assert_eq!(
+            (t.service_name.as_str(), t.sampling_rate),
+            ("tollgate", 1.0)
+        );
+
+        let t = resolve_with(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/"),
+            ("TRACING_SERVICE_NAME", "rl"),
+            ("TRACING_SAMPLING_RATE", "0.25"),
+        ])
+        .unwrap()
+        .tracing
+        .unwrap();
+        assert_eq!(t.endpoint, "http://collector:4318/v1/traces");
+        assert_eq!((t.service_name.as_str(), t.sampling_rate), ("rl", 0.25));
+
+        let t = resolve_with(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ])
+        .unwrap()
+        .tracing
+        .unwrap();
+        assert_eq!(
+            (t.protocol, t.endpoint.as_str()),
+            (OtlpProtocol::Grpc, "http://collector:4317")
+        );
+
+        let off = resolve_with(&[
+            ("TRACING_ENABLED", "false"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+        ]);
+        assert_eq!(off.unwrap().tracing, None);
+        let json = resolve_with(&[
+            ("TRACING_ENABLED", "1"),
+            ("TRACING_EXPORTER_PROTOCOL", "http/json"),
+        ]);
+        assert!(
+            json.unwrap_err()
+                .to_string()
+                .contains("TRACING_EXPORTER_PROTOCOL")
+        );
+    }
+}
