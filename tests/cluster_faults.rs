@@ -51,7 +51,10 @@ fn port(addr: &str) -> u16 {
 
 fn clean(phase: &str, tally: &Tally) {
     eprintln!("FIGURES {phase}: {}", tally.summary());
-    assert!(tally.requests > 100, "{phase}: too little traffic: {tally:?}");
+    assert!(
+        tally.requests > 100,
+        "{phase}: too little traffic: {tally:?}"
+    );
     assert_eq!(tally.errors, 0, "{phase}: {:?}", tally.error_kinds);
     assert_eq!(tally.wrong(), 0, "{phase}: {tally:?}");
 }
@@ -65,7 +68,15 @@ async fn killing_a_master_under_load() {
     let cluster = blocking(|| private_cluster().expect("private cluster")).await;
     let server = serve(&cluster).await;
     let addr = server.grpc_addr;
-    let before = run_for(addr, DOMAIN, keys("before", KEYS), LIMIT, WORKERS, Duration::from_secs(2)).await;
+    let before = run_for(
+        addr,
+        DOMAIN,
+        keys("before", KEYS),
+        LIMIT,
+        WORKERS,
+        Duration::from_secs(2),
+    )
+    .await;
     clean("kill-master before", &before);
 
     let victim = port(&cluster.masters()[0]);
@@ -100,7 +111,15 @@ async fn killing_a_master_under_load() {
         during.error_kinds
     );
 
-    let after = run_for(addr, DOMAIN, keys("after", KEYS), LIMIT, WORKERS, Duration::from_secs(3)).await;
+    let after = run_for(
+        addr,
+        DOMAIN,
+        keys("after", KEYS),
+        LIMIT,
+        WORKERS,
+        Duration::from_secs(3),
+    )
+    .await;
     clean("kill-master after", &after);
     let errorstats = redis_cli(heir, &["INFO", "errorstats"]);
     assert!(
@@ -119,7 +138,15 @@ async fn resharding_under_load() {
     let cluster = blocking(|| private_cluster().expect("private cluster")).await;
     let server = serve(&cluster).await;
     let addr = server.grpc_addr;
-    let before = run_for(addr, DOMAIN, keys("before", KEYS), LIMIT, WORKERS, Duration::from_secs(2)).await;
+    let before = run_for(
+        addr,
+        DOMAIN,
+        keys("before", KEYS),
+        LIMIT,
+        WORKERS,
+        Duration::from_secs(2),
+    )
+    .await;
     clean("reshard before", &before);
 
     let masters = cluster.masters();
@@ -177,11 +204,27 @@ async fn resharding_under_load() {
     );
     assert_eq!(moved, 3000, "slots moved");
 
-    let after = run_for(addr, DOMAIN, keys("after", KEYS), LIMIT, WORKERS, Duration::from_secs(3)).await;
+    let after = run_for(
+        addr,
+        DOMAIN,
+        keys("after", KEYS),
+        LIMIT,
+        WORKERS,
+        Duration::from_secs(3),
+    )
+    .await;
     clean("reshard after", &after);
     // Counters moved with their slots: every "during" key reached its limit then, so
     // each must still be over it (a lost count would answer OK).
-    let again = run_for(addr, DOMAIN, keys("during", KEYS), LIMIT, WORKERS, Duration::from_secs(1)).await;
+    let again = run_for(
+        addr,
+        DOMAIN,
+        keys("during", KEYS),
+        LIMIT,
+        WORKERS,
+        Duration::from_secs(1),
+    )
+    .await;
     eprintln!(
         "FIGURES reshard re-check of the migrated counters: {} OK of {} (must be 0)",
         again.ok, again.requests

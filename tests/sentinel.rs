@@ -41,7 +41,9 @@ async fn follows_the_master_through_a_failover() {
     assert!(matches!(options.target, RedisTarget::Sentinel { .. }));
     options.key_prefix = common::redis::unique_prefix("sentinel");
     options.timeout = Duration::from_secs(1);
-    let store = RedisStore::connect(&options).await.expect("connect via sentinel");
+    let store = RedisStore::connect(&options)
+        .await
+        .expect("connect via sentinel");
     let server = TestServer::start(
         config(&fault_load::yaml(DOMAIN, LIMIT)),
         Arc::new(store),
@@ -49,7 +51,15 @@ async fn follows_the_master_through_a_failover() {
     )
     .await;
     let addr = server.grpc_addr;
-    let before = run_for(addr, DOMAIN, keys("before", 100), LIMIT, 8, Duration::from_secs(2)).await;
+    let before = run_for(
+        addr,
+        DOMAIN,
+        keys("before", 100),
+        LIMIT,
+        8,
+        Duration::from_secs(2),
+    )
+    .await;
     eprintln!("FIGURES sentinel before: {}", before.summary());
     assert_eq!((before.errors, before.wrong()), (0, 0), "{before:?}");
     let stored = common::redis::redis_cli(group.master.port, &["DBSIZE"]);
@@ -82,7 +92,15 @@ async fn follows_the_master_through_a_failover() {
         during.error_kinds
     );
 
-    let after = run_for(addr, DOMAIN, keys("after", 100), LIMIT, 8, Duration::from_secs(3)).await;
+    let after = run_for(
+        addr,
+        DOMAIN,
+        keys("after", 100),
+        LIMIT,
+        8,
+        Duration::from_secs(3),
+    )
+    .await;
     eprintln!("FIGURES sentinel after: {}", after.summary());
     assert_eq!(after.errors, 0, "{:?}", after.error_kinds);
     assert_eq!(after.wrong(), 0, "{after:?}");
