@@ -41,7 +41,7 @@ pub struct ServeArgs {
     /// Redis Sentinel: the master group's name, then the sentinels: name,host:port,... [default: $REDIS_URL with $REDIS_TYPE=sentinel]
     #[arg(long, value_name = "NAME,HOST:PORT,...")]
     pub redis_sentinel: Option<String>,
-    /// Budget in milliseconds for one request's Redis work; beyond it the request gets UNAVAILABLE
+    /// Budget in milliseconds for one request's Redis work; beyond it the domain's failure_mode answers
     #[arg(long, value_name = "MS")]
     pub redis_timeout_ms: Option<u64>,
     /// Prefix of every Redis key [default: $CACHE_KEY_PREFIX]

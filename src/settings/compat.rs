@@ -59,7 +59,7 @@ pub const IGNORED: &[(&str, &str)] = &[
     ),
     (
         "REDIS_TIMEOUT",
-        "the budget is --redis-timeout-ms, per request (default 50 ms)",
+        "the budget is --redis-timeout-ms, per request (default 250 ms)",
     ),
     (
         "REDIS_PERSECOND",

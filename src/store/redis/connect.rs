@@ -101,7 +101,7 @@ pub struct RedisOptions {
     pub auth: Option<String>,
     /// Prepended to every key (`CACHE_KEY_PREFIX`).
     pub key_prefix: String,
-    /// Budget for one request's Redis work; beyond it the request gets UNAVAILABLE.
+    /// Budget for one request's Redis work; beyond it the domain's `failure_mode` answers.
     pub timeout: Duration,
     pub connect_timeout: Duration,
     /// CA and client certificate for `rediss://`; empty: the built-in roots.
