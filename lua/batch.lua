@@ -1,12 +1,15 @@
--- batch.lua: decide every counter operation of one hash-slot group, atomically.
+-- batch.lua: decide the counter operations of one or more requests ("segments") on
+-- one hash slot (or one standalone server), atomically, each request all or nothing.
 --
--- KEYS[i]   the counter of operation i. Every key shares one hash tag, so the group
---           lives on one shard and the cluster client routes the call by KEYS[1].
--- ARGV[1]   "" to read the shard's clock (TIME); a number of milliseconds only in
+-- KEYS[i]   the counter of operation i, all segments' operations in order. On a
+--           cluster every key shares one hash tag, so the call routes by KEYS[1].
+-- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
--- ARGV[2]   "1" for a dry run: decide everything, write nothing (the request is
---           already denied elsewhere, only true statuses are wanted); else "0".
--- ARGV      then 7 values per operation i, at 2 + 7*(i-1) + 1 ..:
+-- ARGV[2]   S, the number of segments.
+-- ARGV      then 2 values per segment s, at 2 + 2*(s-1) + 1 ..: its operation count,
+--           and "1" for a dry run (decide, write nothing: the request is already
+--           denied elsewhere, only true statuses are wanted) else "0".
+-- ARGV      then 7 values per operation i, at 2 + 2*S + 7*(i-1) + 1 ..:
 --             algorithm id (1 fixed_window, 2 sliding_window, 3 sliding_log,
 --             4 token_bucket, 5 gcra, 6 leaky_bucket), limit, window ms, burst,
 --             max delay ms (-1 = none), cost, vetoes (1/0)
@@ -14,15 +17,19 @@
 --             allowed (1/0), remaining, reset ms, retry ms (-1 = never),
 --             delay us (leaky bucket), refund token
 --
--- Why atomic: a script runs alone on its shard, so no other client's operation can
+-- Why atomic: a script runs alone on its server, so no other client's operation can
 -- land between the checks and the writes. The clock is read once, inside, so all
--- replicas of tollgate agree on windows. Every operation is decided first (in order,
--- each seeing the tentative state left by earlier ones on the same key); only if no
--- vetoing operation was denied is anything written: all or nothing.
+-- replicas of tollgate agree on windows. Within a segment every operation is decided
+-- first (in order, each seeing the tentative state left by earlier ones on the same
+-- key); only if no vetoing operation was denied is anything written: all or nothing.
+-- Segments run one after the other and each loads what the previous ones wrote, so a
+-- call carrying S requests decides exactly as S calls in that order would. tollgate
+-- puts concurrent requests into one call to share the per-call cost of EVALSHA.
 
 local algorithms = { fixed_window, sliding_window, sliding_log, token_bucket, gcra, leaky_bucket }
 local STRIDE = 7
 local REPLY = 6
+local out = {}
 
 local now_ms, now_us
 local injected = ARGV[1] ~= ''
@@ -35,66 +42,78 @@ else
   now_ms = math.floor(now_us / 1000)
 end
 
-local n = #KEYS
-local loaded, states, originals, ops, out = {}, {}, {}, {}, {}
-local vetoed = ARGV[2] == '1'
+local segments = tonumber(ARGV[2])
+local OPS = 2 + 2 * segments
 
-for i = 1, n do
-  local a = 2 + STRIDE * (i - 1)
-  local algo = algorithms[tonumber(ARGV[a + 1])]
-  if algo == nil then
-    return redis.error_reply('tollgate: unknown algorithm id ' .. tostring(ARGV[a + 1]))
-  end
-  local key = KEYS[i]
-  local p = {
-    limit = tonumber(ARGV[a + 2]),
-    window = tonumber(ARGV[a + 3]),
-    burst = tonumber(ARGV[a + 4]),
-    max_delay = tonumber(ARGV[a + 5]),
-  }
-  local cost = tonumber(ARGV[a + 6])
-  if not loaded[key] then
-    loaded[key] = true
-    originals[key] = algo.load(key, p, now_ms)
-    states[key] = originals[key]
-  end
-  local new, allowed, remaining, reset, retry, delay = algo.decide(states[key], p, now_ms, cost, i)
-  states[key] = new
-  if not allowed and ARGV[a + 7] == '1' then vetoed = true end
-  ops[i] = { algo = algo, key = key, p = p, allowed = allowed }
-  local r = REPLY * (i - 1)
-  out[r + 1] = allowed and 1 or 0
-  out[r + 2] = remaining
-  out[r + 3] = reset
-  out[r + 4] = retry
-  out[r + 5] = delay
-  out[r + 6] = allowed and algo.token(new) or 0
-end
-
-if vetoed then
-  -- Nothing is written; allowed operations report the state without this request
-  -- (remaining and reset of a check-only call) and no shaping wait.
-  for i = 1, n do
-    local op = ops[i]
-    if op.allowed then
-      local _, _, remaining, reset = op.algo.decide(originals[op.key], op.p, now_ms, 0, i)
-      out[REPLY * (i - 1) + 2] = remaining
-      out[REPLY * (i - 1) + 3] = reset
-      out[REPLY * (i - 1) + 5] = 0
+-- Decides operations first..last (global indices: replies, refund tokens and
+-- sliding-log members stay unique across the whole call).
+local function segment(first, last, vetoed)
+  local loaded, states, originals, ops = {}, {}, {}, {}
+  for i = first, last do
+    local a = OPS + STRIDE * (i - 1)
+    local algo = algorithms[tonumber(ARGV[a + 1])]
+    if algo == nil then
+      return redis.error_reply('tollgate: unknown algorithm id ' .. tostring(ARGV[a + 1]))
     end
+    local key = KEYS[i]
+    local p = {
+      limit = tonumber(ARGV[a + 2]),
+      window = tonumber(ARGV[a + 3]),
+      burst = tonumber(ARGV[a + 4]),
+      max_delay = tonumber(ARGV[a + 5]),
+    }
+    local cost = tonumber(ARGV[a + 6])
+    if not loaded[key] then
+      loaded[key] = true
+      originals[key] = algo.load(key, p, now_ms)
+      states[key] = originals[key]
+    end
+    local new, allowed, remaining, reset, retry, delay = algo.decide(states[key], p, now_ms, cost, i)
+    states[key] = new
+    if not allowed and ARGV[a + 7] == '1' then vetoed = true end
+    ops[i] = { algo = algo, key = key, p = p, allowed = allowed }
+    local r = REPLY * (i - 1)
+    out[r + 1] = allowed and 1 or 0
+    out[r + 2] = remaining
+    out[r + 3] = reset
+    out[r + 4] = retry
+    out[r + 5] = delay
+    out[r + 6] = allowed and algo.token(new) or 0
   end
-else
-  -- Each key's final tentative state is written once, with its TTL.
-  local written = {}
-  for i = n, 1, -1 do
-    local op = ops[i]
-    if op.allowed and not written[op.key] then
-      written[op.key] = true
-      local tokens = op.algo.save(op.key, states[op.key], op.p, now_ms, injected, now_us)
-      if tokens then
-        for j, token in pairs(tokens) do out[REPLY * (j - 1) + 6] = token end
+
+  if vetoed then
+    -- Nothing is written; allowed operations report the state without this request
+    -- (remaining and reset of a check-only call) and no shaping wait.
+    for i = first, last do
+      local op = ops[i]
+      if op.allowed then
+        local _, _, remaining, reset = op.algo.decide(originals[op.key], op.p, now_ms, 0, i)
+        out[REPLY * (i - 1) + 2] = remaining
+        out[REPLY * (i - 1) + 3] = reset
+        out[REPLY * (i - 1) + 5] = 0
+      end
+    end
+  else
+    -- Each key's final tentative state is written once, with its TTL.
+    local written = {}
+    for i = last, first, -1 do
+      local op = ops[i]
+      if op.allowed and not written[op.key] then
+        written[op.key] = true
+        local tokens = op.algo.save(op.key, states[op.key], op.p, now_ms, injected, now_us)
+        if tokens then
+          for j, token in pairs(tokens) do out[REPLY * (j - 1) + 6] = token end
+        end
       end
     end
   end
+end
+
+local first = 1
+for s = 1, segments do
+  local n = tonumber(ARGV[2 + 2 * (s - 1) + 1])
+  local err = segment(first, first + n - 1, ARGV[2 + 2 * (s - 1) + 2] == '1')
+  if err then return err end
+  first = first + n
 end
 return out

@@ -2,8 +2,10 @@
 //! random operations (costs including check-only and impossible ones, batches with
 //! repeated counters and shadow operations, time standing still, creeping and
 //! jumping) go through `lua/batch.lua` on a real Redis, with the time injected, and
-//! through the memory store (the Rust models) on a manual clock. Every decision must
-//! agree exactly: allowed, remaining, reset, retry-after and shaping delay.
+//! through the memory store (the Rust models) on a manual clock. Each script call
+//! carries 1 to 4 requests as segments, as the standalone batcher sends them; the
+//! model decides them one after the other. Every decision must agree exactly:
+//! allowed, remaining, reset, retry-after and shaping delay.
 
 mod common;
 
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use tollgate::algorithm::{Algorithm, Decision, Params};
 use tollgate::clock::ManualClock;
 use tollgate::store::memory::MemoryStore;
-use tollgate::store::redis::scripts;
+use tollgate::store::redis::scripts::{self, Segment, WireOp};
 use tollgate::store::{CounterKey, CounterOp};
 
 const OPERATIONS_PER_ALGORITHM: usize = 10_000;
@@ -92,6 +94,12 @@ async fn run(algorithm: Algorithm, seed: u64) {
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
+    // The calls below are EVALSHA, as in production: the script must be loaded.
+    let _: String = scripts::BATCH
+        .prepare_invoke()
+        .load_async(&mut conn)
+        .await
+        .expect("SCRIPT LOAD");
     let prefix = common::redis::unique_prefix(&format!("differential_{}", algorithm.name()));
     let mut rng = Rng(seed);
     let start = 1_764_000_000_000 + rng.below(1_000_000);
@@ -110,36 +118,69 @@ async fn run(algorithm: Algorithm, seed: u64) {
         for _ in 0..300 {
             now += step(&mut rng, &p);
             clock.set_millis(now);
-            let ops: Vec<CounterOp> = (0..1 + rng.below(3))
-                .map(|_| CounterOp {
-                    key: keys[rng.below(2) as usize].clone(),
-                    params: p,
-                    cost: cost(&mut rng, &p),
-                    vetoes: rng.below(5) != 0,
+            // One script call carrying 1 to 4 requests (segments), as the batcher
+            // sends them; the model decides the same requests one after the other.
+            let requests: Vec<Vec<CounterOp>> = (0..1 + rng.below(4))
+                .map(|_| {
+                    (0..1 + rng.below(3))
+                        .map(|_| CounterOp {
+                            key: keys[rng.below(2) as usize].clone(),
+                            params: p,
+                            cost: cost(&mut rng, &p),
+                            vetoes: rng.below(5) != 0,
+                        })
+                        .collect()
                 })
                 .collect();
-            let expected = model.decide_now(&ops);
-            let redis_keys: Vec<String> = ops
+            let expected: Vec<Decision> = requests
                 .iter()
-                .map(|op| format!("{prefix}{}", op.key.rule))
+                .flat_map(|ops| model.decide_now(ops))
                 .collect();
-            let refs: Vec<&CounterOp> = ops.iter().collect();
-            let values: Vec<i64> = scripts::batch_invocation(&redis_keys, &refs, Some(now), false)
-                .invoke_async(&mut conn)
+            let redis_keys: Vec<Vec<String>> = requests
+                .iter()
+                .map(|ops| {
+                    ops.iter()
+                        .map(|op| format!("{prefix}{}", op.key.rule))
+                        .collect()
+                })
+                .collect();
+            let wire: Vec<Vec<WireOp>> = requests
+                .iter()
+                .map(|ops| ops.iter().map(WireOp::new).collect())
+                .collect();
+            let segments: Vec<Segment<'_, String>> = redis_keys
+                .iter()
+                .zip(&wire)
+                .map(|(keys, ops)| Segment {
+                    keys,
+                    ops,
+                    dry_run: false,
+                })
+                .collect();
+            let n = expected.len();
+            let values: Vec<i64> = scripts::batch_cmd(&segments, Some(now))
+                .query_async(&mut conn)
                 .await
                 .expect("batch script runs");
-            let got: Vec<Decision> = scripts::parse_batch_reply(&values, ops.len())
+            let got: Vec<Decision> = scripts::parse_batch_reply(&values, n)
                 .expect("well-formed reply")
                 .into_iter()
                 .map(|r| r.decision)
                 .collect();
             if got != expected && disagreements.len() < 5 {
+                let shape: Vec<Vec<_>> = requests
+                    .iter()
+                    .map(|ops| {
+                        ops.iter()
+                            .map(|o| (o.key.rule.to_string(), o.cost, o.vetoes))
+                            .collect()
+                    })
+                    .collect();
                 disagreements.push(format!(
-                    "at {now} (seed {seed}, op {done}) params {p:?} ops {:?}:\n  model {expected:?}\n  lua   {got:?}",
-                    ops.iter().map(|o| (o.key.rule.to_string(), o.cost, o.vetoes)).collect::<Vec<_>>()
+                    "at {now} (seed {seed}, op {done}) params {p:?} requests {shape:?}:\n  model {expected:?}\n  lua   {got:?}"
                 ));
             }
-            done += ops.len();
+            done += n;
         }
     }
     assert!(

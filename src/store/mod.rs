@@ -47,7 +47,7 @@ pub struct CounterOp {
 }
 
 /// Why a store could not decide.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("store timed out after {0:?}")]
     Timeout(std::time::Duration),

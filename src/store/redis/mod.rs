@@ -1,8 +1,11 @@
-//! The Redis store, standalone or cluster: a request's counter operations are grouped
-//! by hash slot, each group is decided by one atomic script call (groups run
-//! concurrently, one round trip per shard), and when any group denies the request the
-//! groups that did consume are refunded, so a denied request consumes nothing.
+//! The Redis store, standalone or cluster. On a cluster a request's counter operations
+//! are grouped by hash slot, each group is decided by one atomic script call (groups
+//! run concurrently, one round trip per shard), and when any group denies the request
+//! the groups that did consume are refunded, so a denied request consumes nothing. A
+//! standalone server decides a whole request in one script call, shared with the
+//! requests queued beside it (`batcher.rs`).
 
+mod batcher;
 pub mod connect;
 pub mod keys;
 pub mod scripts;
@@ -15,8 +18,9 @@ use redis::{
     Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ScriptInvocation, ServerErrorKind,
 };
 
+use self::batcher::Batcher;
 use self::connect::{Connection, RedisOptions};
-use self::scripts::{Refund, Reply};
+use self::scripts::{Refund, Reply, Segment, WireOp};
 use super::{CounterOp, Store, StoreError, StoreFuture};
 use crate::algorithm::Decision;
 
@@ -24,6 +28,8 @@ pub use connect::RedisTarget;
 
 pub struct RedisStore {
     connection: Connection,
+    /// Standalone only: the queue that merges concurrent requests into one call.
+    batcher: Option<Batcher>,
     prefix: String,
     timeout: Duration,
 }
@@ -55,8 +61,13 @@ impl RedisStore {
                     connect::describe(&e)
                 ))
             })?;
+        let batcher = match &connection {
+            Connection::Standalone(c) => Some(Batcher::start(c.clone())),
+            Connection::Cluster(_) => None,
+        };
         Ok(Self {
             connection,
+            batcher,
             prefix: options.key_prefix.clone(),
             timeout: options.timeout,
         })
@@ -69,59 +80,31 @@ impl RedisStore {
         }
     }
 
-    /// Sends `cmd` (an EVALSHA of `script`); on NOSCRIPT loads the script with SCRIPT
-    /// LOAD and sends it once more. The body never travels with EVAL.
-    async fn evalsha<T: FromRedisValue>(&self, cmd: &Cmd, script: &Script) -> RedisResult<T> {
-        async fn run<C: redis::aio::ConnectionLike, T: FromRedisValue>(
-            con: &mut C,
-            cmd: &Cmd,
-            script: &Script,
-        ) -> RedisResult<T> {
-            match cmd.query_async(con).await {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    script.load_async(con).await?;
-                    cmd.query_async(con).await
-                }
-                other => other,
-            }
-        }
-        match &self.connection {
-            Connection::Standalone(c) => run(&mut c.clone(), cmd, script).await,
-            Connection::Cluster(c) => run(&mut c.clone(), cmd, script).await,
-        }
-    }
-
-    /// One batch script call for the operations `indices` of `ops` (all of them when
-    /// `None`), whose encoded keys are `keys`.
+    /// One batch script call (a cluster's slot group) for the operations `indices` of
+    /// `ops`, whose encoded keys are `keys`.
     async fn run_group(
         &self,
         keys: &[String],
         ops: &[CounterOp],
-        indices: Option<&[usize]>,
+        indices: &[usize],
         dry_run: bool,
     ) -> Result<Vec<Reply>, StoreError> {
-        let cmd = match indices {
-            None => scripts::batch_cmd(
-                ops.len(),
-                keys.iter().map(String::as_str),
-                ops.iter(),
-                None,
+        let group_keys: Vec<&str> = indices.iter().map(|&i| keys[i].as_str()).collect();
+        let group_ops: Vec<WireOp> = indices.iter().map(|&i| WireOp::new(&ops[i])).collect();
+        let cmd = scripts::batch_cmd(
+            &[Segment {
+                keys: &group_keys,
+                ops: &group_ops,
                 dry_run,
-            ),
-            Some(indices) => scripts::batch_cmd(
-                indices.len(),
-                indices.iter().map(|&i| keys[i].as_str()),
-                indices.iter().map(|&i| &ops[i]),
-                None,
-                dry_run,
-            ),
-        };
-        let values: Vec<i64> = self
-            .evalsha(&cmd, &scripts::BATCH)
-            .await
-            .map_err(|e| StoreError::Unavailable(connect::describe(&e)))?;
-        scripts::parse_batch_reply(&values, indices.map_or(ops.len(), <[usize]>::len))
-            .map_err(StoreError::Unavailable)
+            }],
+            None,
+        );
+        let values: Vec<i64> = match &self.connection {
+            Connection::Standalone(c) => evalsha(&mut c.clone(), &cmd, &scripts::BATCH).await,
+            Connection::Cluster(c) => evalsha(&mut c.clone(), &cmd, &scripts::BATCH).await,
+        }
+        .map_err(|e| StoreError::Unavailable(connect::describe(&e)))?;
+        scripts::parse_batch_reply(&values, indices.len()).map_err(StoreError::Unavailable)
     }
 
     async fn decide_batch(
@@ -135,15 +118,16 @@ impl RedisStore {
             .collect();
         // A standalone server has no slots to respect: one script decides everything,
         // atomically, so there is nothing to group, to join or to refund.
-        if let Connection::Standalone(_) = self.connection {
-            let replies = self.run_group(&keys, ops, None, dry_run).await?;
+        if let Some(batcher) = &self.batcher {
+            let wire = ops.iter().map(WireOp::new).collect();
+            let replies = batcher.decide(keys, wire, dry_run).await?;
             return Ok(replies.into_iter().map(|r| r.decision).collect());
         }
         let groups = group_by_slot(&keys);
         let results = join_all(
             groups
                 .iter()
-                .map(|indices| self.run_group(&keys, ops, Some(indices), dry_run)),
+                .map(|indices| self.run_group(&keys, ops, indices, dry_run)),
         )
         .await;
 
@@ -231,6 +215,22 @@ impl RedisStore {
                 tracing::warn!(error = %connect::describe(&e), "refund failed; a counter stays high until its window ends");
             }
         }
+    }
+}
+
+/// Sends `cmd` (an EVALSHA of `script`); on NOSCRIPT loads the script with SCRIPT LOAD
+/// and sends it once more. The body never travels with EVAL.
+async fn evalsha<C: redis::aio::ConnectionLike, T: FromRedisValue>(
+    con: &mut C,
+    cmd: &Cmd,
+    script: &Script,
+) -> RedisResult<T> {
+    match cmd.query_async(con).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(con).await?;
+            cmd.query_async(con).await
+        }
+        other => other,
     }
 }
 

@@ -46,6 +46,44 @@ fn wire_cost(op: &CounterOp) -> u64 {
         .min(op.params.limit.max(op.params.burst).saturating_add(1))
 }
 
+/// One operation as the batch script reads it (its 7 arguments), owned and `Copy` so
+/// a request can wait in the batcher's queue without borrowing from its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireOp {
+    algorithm: u8,
+    limit: u64,
+    window_ms: u64,
+    burst: u64,
+    max_delay_ms: i64,
+    cost: u64,
+    vetoes: bool,
+}
+
+impl WireOp {
+    pub fn new(op: &CounterOp) -> Self {
+        let p = &op.params;
+        Self {
+            algorithm: p.algorithm.id(),
+            limit: p.limit,
+            window_ms: p.window_ms.max(1000),
+            burst: p.burst,
+            max_delay_ms: p
+                .max_delay_ms
+                .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+            cost: wire_cost(op),
+            vetoes: op.vetoes,
+        }
+    }
+}
+
+/// One request's operations in a batch call: decided all or nothing, independently
+/// of the other segments of the same call.
+pub struct Segment<'a, K: AsRef<str>> {
+    pub keys: &'a [K],
+    pub ops: &'a [WireOp],
+    pub dry_run: bool,
+}
+
 /// One batch invocation for the operations of one slot group. `now_ms` is for tests
 /// only: production passes `None` and the script reads the shard's clock. A dry run
 /// decides and writes nothing.
@@ -57,60 +95,58 @@ pub fn batch_invocation<'a>(
 ) -> ScriptInvocation<'a> {
     let mut invocation = BATCH.prepare_invoke();
     invocation.arg(now_ms.map_or_else(String::new, |ms| ms.to_string()));
-    invocation.arg(u8::from(dry_run));
+    invocation.arg(1).arg(ops.len()).arg(u8::from(dry_run));
     for (key, op) in keys.iter().zip(ops) {
-        let p = &op.params;
+        let w = WireOp::new(op);
         invocation
             .key(key.as_str())
-            .arg(p.algorithm.id())
-            .arg(p.limit)
-            .arg(p.window_ms.max(1000))
-            .arg(p.burst)
-            .arg(
-                p.max_delay_ms
-                    .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
-            )
-            .arg(wire_cost(op))
-            .arg(u8::from(op.vetoes));
+            .arg(w.algorithm)
+            .arg(w.limit)
+            .arg(w.window_ms)
+            .arg(w.burst)
+            .arg(w.max_delay_ms)
+            .arg(w.cost)
+            .arg(u8::from(w.vetoes));
     }
     invocation
 }
 
-/// The batch script's EVALSHA for `n` operations of one slot group (`keys` and `ops`
-/// in the same order), as one command. Same arguments as [`batch_invocation`], but
+/// The batch script's EVALSHA for `segments` (one per request; keys and operations in
+/// the same order), as one command. Same arguments as [`batch_invocation`], but
 /// written into the command's single buffer: a `ScriptInvocation` keeps every key and
 /// argument in a `Vec` of its own, then copies them all into a command again, two
 /// allocations per argument and nine arguments per operation.
-pub fn batch_cmd<'a>(
-    n: usize,
-    keys: impl Iterator<Item = &'a str>,
-    ops: impl Iterator<Item = &'a CounterOp>,
-    now_ms: Option<u64>,
-    dry_run: bool,
-) -> Cmd {
-    let key_bytes: usize = keys.size_hint().0 * 48;
-    let mut cmd = Cmd::with_capacity(5 + n * 8, 64 + key_bytes + n * 48);
+pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>) -> Cmd {
+    let n: usize = segments.iter().map(|s| s.ops.len()).sum();
+    let key_bytes: usize = segments
+        .iter()
+        .flat_map(|s| s.keys)
+        .map(|k| k.as_ref().len())
+        .sum();
+    let mut cmd = Cmd::with_capacity(
+        5 + 2 * segments.len() + n * 8,
+        64 + key_bytes + n * 48 + segments.len() * 8,
+    );
     cmd.arg("EVALSHA").arg(BATCH.get_hash()).arg(n);
-    for key in keys {
-        cmd.arg(key);
+    for key in segments.iter().flat_map(|s| s.keys) {
+        cmd.arg(key.as_ref());
     }
     match now_ms {
         Some(ms) => cmd.arg(ms),
         None => cmd.arg(""),
     };
-    cmd.arg(u8::from(dry_run));
-    for op in ops {
-        let p = &op.params;
-        cmd.arg(p.algorithm.id())
-            .arg(p.limit)
-            .arg(p.window_ms.max(1000))
-            .arg(p.burst)
-            .arg(
-                p.max_delay_ms
-                    .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
-            )
-            .arg(wire_cost(op))
-            .arg(u8::from(op.vetoes));
+    cmd.arg(segments.len());
+    for segment in segments {
+        cmd.arg(segment.ops.len()).arg(u8::from(segment.dry_run));
+    }
+    for w in segments.iter().flat_map(|s| s.ops) {
+        cmd.arg(w.algorithm)
+            .arg(w.limit)
+            .arg(w.window_ms)
+            .arg(w.burst)
+            .arg(w.max_delay_ms)
+            .arg(w.cost)
+            .arg(u8::from(w.vetoes));
     }
     cmd
 }
@@ -199,10 +235,23 @@ mod tests {
     }
 
     #[test]
-    fn batch_cmd_is_evalsha_with_keys_then_arguments() {
-        let ops = [op(10, 1, true), op(5, 2, false)];
-        let keys = ["a{x}", "b{x}"];
-        let cmd = batch_cmd(2, keys.into_iter(), ops.iter(), None, true);
+    fn batch_cmd_is_evalsha_with_keys_then_segments_then_arguments() {
+        let ops = [op(10, 1, true), op(5, 2, false), op(7, 1, true)];
+        let wire: Vec<WireOp> = ops.iter().map(WireOp::new).collect();
+        let keys = ["a{x}", "b{x}", "c{y}"];
+        let segments = [
+            Segment {
+                keys: &keys[..2],
+                ops: &wire[..2],
+                dry_run: true,
+            },
+            Segment {
+                keys: &keys[2..],
+                ops: &wire[2..],
+                dry_run: false,
+            },
+        ];
+        let cmd = batch_cmd(&segments, None);
         let args: Vec<String> = cmd
             .args_iter()
             .map(|a| match a {
@@ -210,10 +259,23 @@ mod tests {
                 _ => "<other>".into(),
             })
             .collect();
-        let mut expected: Vec<String> = ["EVALSHA", BATCH.get_hash(), "2", "a{x}", "b{x}", "", "1"]
-            .map(String::from)
-            .to_vec();
-        for (limit, cost, vetoes) in [(10, 1, 1), (5, 2, 0)] {
+        let mut expected: Vec<String> = [
+            "EVALSHA",
+            BATCH.get_hash(),
+            "3",
+            "a{x}",
+            "b{x}",
+            "c{y}",
+            "",
+            "2",
+            "2",
+            "1",
+            "1",
+            "0",
+        ]
+        .map(String::from)
+        .to_vec();
+        for (limit, cost, vetoes) in [(10, 1, 1), (5, 2, 0), (7, 1, 1)] {
             let burst = limit;
             expected.extend(
                 ["1", &limit.to_string(), "60000", &burst.to_string(), "-1"].map(String::from),
@@ -222,9 +284,14 @@ mod tests {
             expected.push(vetoes.to_string());
         }
         assert_eq!(args, expected);
-        let injected = batch_cmd(1, ["k"].into_iter(), ops[..1].iter(), Some(1234), false);
+        let one = [Segment {
+            keys: &keys[..1],
+            ops: &wire[..1],
+            dry_run: false,
+        }];
+        let injected = batch_cmd(&one, Some(1234));
         let args: Vec<_> = injected.args_iter().collect();
         assert!(matches!(args[4], redis::Arg::Simple(b"1234")));
-        assert!(matches!(args[5], redis::Arg::Simple(b"0")));
+        assert!(matches!(args[5], redis::Arg::Simple(b"1")));
     }
 }

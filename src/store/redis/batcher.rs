@@ -1,0 +1,143 @@
+//! Cross-request batching for one standalone Redis (direct or through Sentinel):
+//! requests that arrive while earlier script calls are in flight wait in a queue and
+//! then travel together, as the segments of one EVALSHA of `lua/batch.lua`.
+//!
+//! Why: every EVALSHA costs Redis a fixed amount (parse the command, find the script,
+//! enter Lua, read TIME) on top of the counters' own work, and that fixed part is most
+//! of a one-descriptor request. Under load, S requests now pay it once. Each segment is
+//! still decided all or nothing on its own, and segments run in queue order inside one
+//! atomic script, so a call carrying S requests answers exactly as S calls would.
+//!
+//! Latency: an idle store sends a request at once (a free in-flight slot, an empty
+//! queue); batches only form while [`IN_FLIGHT`] calls are already waiting on Redis, so
+//! a request waits at most for one call ahead of it, which it would have queued behind
+//! on the shared connection anyway.
+
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use super::connect::{self, Standalone};
+use super::scripts::{self, Reply, Segment, WireOp};
+use crate::store::StoreError;
+
+/// Script calls allowed on the wire at once. Redis runs scripts one at a time, so more
+/// would only queue inside Redis instead of here, where they can still be merged; two
+/// keep the connection busy while a finished call's replies are handed out.
+const IN_FLIGHT: usize = 2;
+
+/// Operations per call, at most: keeps one script's run (and the time every other
+/// client of that Redis waits for it) short. A larger single request still goes alone.
+const MAX_OPS_PER_CALL: usize = 256;
+
+struct Job {
+    keys: Vec<String>,
+    ops: Vec<WireOp>,
+    dry_run: bool,
+    reply: oneshot::Sender<Result<Vec<Reply>, StoreError>>,
+}
+
+/// The queue in front of one standalone connection. Dropping it stops its task once
+/// the calls in flight are answered.
+pub struct Batcher {
+    queue: mpsc::UnboundedSender<Job>,
+}
+
+impl Batcher {
+    /// Starts the task that drains the queue (on the current tokio runtime).
+    pub fn start(connection: Standalone) -> Self {
+        let (queue, jobs) = mpsc::unbounded_channel();
+        tokio::spawn(drain(jobs, connection));
+        Self { queue }
+    }
+
+    /// Decides one request's operations (keys already encoded), all or nothing.
+    pub async fn decide(
+        &self,
+        keys: Vec<String>,
+        ops: Vec<WireOp>,
+        dry_run: bool,
+    ) -> Result<Vec<Reply>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            keys,
+            ops,
+            dry_run,
+            reply,
+        };
+        self.queue
+            .send(job)
+            .map_err(|_| StoreError::Unavailable("the Redis batcher has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("the Redis batcher dropped a request".into()))?
+    }
+}
+
+async fn drain(mut jobs: mpsc::UnboundedReceiver<Job>, connection: Standalone) {
+    let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
+    while let Some(first) = jobs.recv().await {
+        // Waiting here for a slot is what lets the queue fill: whatever arrives while
+        // IN_FLIGHT calls are out goes in the next one.
+        let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
+            return;
+        };
+        let mut batch = Vec::new();
+        let mut ops = 0;
+        let mut next = Some(first);
+        while let Some(job) = next.take() {
+            // A caller that gave up (its timeout passed) must not be counted after
+            // it was answered by its failure mode.
+            if !job.reply.is_closed() {
+                ops += job.ops.len();
+                batch.push(job);
+            }
+            if ops < MAX_OPS_PER_CALL {
+                next = jobs.try_recv().ok();
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let mut connection = connection.clone();
+        tokio::spawn(async move {
+            call(&mut connection, batch).await;
+            drop(permit);
+        });
+    }
+}
+
+/// One EVALSHA for every job of `batch`; each job gets its own replies, or the error.
+async fn call(connection: &mut Standalone, batch: Vec<Job>) {
+    let segments: Vec<Segment<'_, String>> = batch
+        .iter()
+        .map(|job| Segment {
+            keys: &job.keys,
+            ops: &job.ops,
+            dry_run: job.dry_run,
+        })
+        .collect();
+    let cmd = scripts::batch_cmd(&segments, None);
+    drop(segments);
+    let total: usize = batch.iter().map(|job| job.ops.len()).sum();
+    let result: Result<Vec<i64>, StoreError> = super::evalsha(connection, &cmd, &scripts::BATCH)
+        .await
+        .map_err(|e| StoreError::Unavailable(connect::describe(&e)));
+    let replies = result.and_then(|values| {
+        scripts::parse_batch_reply(&values, total).map_err(StoreError::Unavailable)
+    });
+    match replies {
+        Ok(replies) => {
+            let mut replies = replies.into_iter();
+            for job in batch {
+                let mine: Vec<Reply> = replies.by_ref().take(job.ops.len()).collect();
+                let _ = job.reply.send(Ok(mine));
+            }
+        }
+        Err(e) => {
+            for job in batch {
+                let _ = job.reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
