@@ -1,6 +1,6 @@
 //! criterion benchmarks of the hot path, innermost first: matching a descriptor
 //! against the compiled tree, encoding a counter's Redis key (and its batch-script
-//! invocation), a memory-store decision, and a whole in-process call
+//! command), a memory-store decision, and a whole in-process call
 //! (`Limiter::should_rate_limit` on a `MemoryStore`) for 1, 3 and 10 descriptors.
 //!
 //! `cargo bench --bench hot_path` measures; `cargo test --all-targets` runs each once.
@@ -136,9 +136,17 @@ fn key_encoding(c: &mut Criterion) {
     for n in [1usize, 10] {
         let ops = counter_ops(&config, &request(n, 3));
         let encoded: Vec<String> = ops.iter().map(|op| keys::encode("", &op.key)).collect();
-        let refs: Vec<&CounterOp> = ops.iter().collect();
-        group.bench_with_input(BenchmarkId::new("batch_invocation", n), &n, |b, _| {
-            b.iter(|| scripts::batch_invocation(black_box(&encoded), &refs, None, false))
+        let wire: Vec<scripts::WireOp> = ops.iter().map(scripts::WireOp::new).collect();
+        // The command the store sends: one request as one segment of an EVALSHA.
+        group.bench_with_input(BenchmarkId::new("batch_cmd", n), &n, |b, _| {
+            b.iter(|| {
+                let segment = scripts::Segment {
+                    keys: black_box(&encoded),
+                    ops: &wire,
+                    dry_run: false,
+                };
+                scripts::batch_cmd(&[segment], None)
+            })
         });
     }
     group.finish();
