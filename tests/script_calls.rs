@@ -106,7 +106,7 @@ async fn decide_all(limiter: &Limiter, requests: &[RateLimitRequest]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn standalone_one_evalsha_per_request_and_never_eval() {
+async fn standalone_at_most_one_evalsha_per_request_and_never_eval() {
     let redis = common::redis::standalone();
     let ports = [redis.port()];
     let store: Arc<dyn tollgate::store::Store> =
