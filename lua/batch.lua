@@ -52,9 +52,6 @@ local function segment(first, last, vetoed)
   for i = first, last do
     local a = OPS + STRIDE * (i - 1)
     local algo = algorithms[tonumber(ARGV[a + 1])]
-    if algo == nil then
-      return redis.error_reply('tollgate: unknown algorithm id ' .. tostring(ARGV[a + 1]))
-    end
     local key = KEYS[i]
     local p = {
       limit = tonumber(ARGV[a + 2]),
@@ -109,11 +106,19 @@ local function segment(first, last, vetoed)
   end
 end
 
+-- Every algorithm id is checked before any segment writes, so a malformed call fails
+-- whole instead of after some segments committed.
+for i = 1, #KEYS do
+  local id = ARGV[OPS + STRIDE * (i - 1) + 1]
+  if algorithms[tonumber(id)] == nil then
+    return redis.error_reply('tollgate: unknown algorithm id ' .. tostring(id))
+  end
+end
+
 local first = 1
 for s = 1, segments do
   local n = tonumber(ARGV[2 + 2 * (s - 1) + 1])
-  local err = segment(first, first + n - 1, ARGV[2 + 2 * (s - 1) + 2] == '1')
-  if err then return err end
+  segment(first, first + n - 1, ARGV[2 + 2 * (s - 1) + 2] == '1')
   first = first + n
 end
 return out

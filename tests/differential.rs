@@ -3,9 +3,9 @@
 //! repeated counters and shadow operations, time standing still, creeping and
 //! jumping) go through `lua/batch.lua` on a real Redis, with the time injected, and
 //! through the memory store (the Rust models) on a manual clock. Each script call
-//! carries 1 to 4 requests as segments, as the standalone batcher sends them; the
-//! model decides them one after the other. Every decision must agree exactly:
-//! allowed, remaining, reset, retry-after and shaping delay.
+//! carries 1 to 4 requests as segments (some of them dry runs), as the standalone
+//! batcher sends them; the model decides them one after the other. Every decision
+//! must agree exactly: allowed, remaining, reset, retry-after and shaping delay.
 
 mod common;
 
@@ -132,9 +132,19 @@ async fn run(algorithm: Algorithm, seed: u64) {
                         .collect()
                 })
                 .collect();
+            // Now and then a request is a dry run (decide, write nothing), as the
+            // limiter sends when another store call already denied it.
+            let dry: Vec<bool> = requests.iter().map(|_| rng.below(8) == 0).collect();
             let expected: Vec<Decision> = requests
                 .iter()
-                .flat_map(|ops| model.decide_now(ops))
+                .zip(&dry)
+                .flat_map(|(ops, &dry)| {
+                    if dry {
+                        model.dry_run_now(ops)
+                    } else {
+                        model.decide_now(ops)
+                    }
+                })
                 .collect();
             let redis_keys: Vec<Vec<String>> = requests
                 .iter()
@@ -151,11 +161,8 @@ async fn run(algorithm: Algorithm, seed: u64) {
             let segments: Vec<Segment<'_, String>> = redis_keys
                 .iter()
                 .zip(&wire)
-                .map(|(keys, ops)| Segment {
-                    keys,
-                    ops,
-                    dry_run: false,
-                })
+                .zip(&dry)
+                .map(|((keys, ops), &dry_run)| Segment { keys, ops, dry_run })
                 .collect();
             let n = expected.len();
             let values: Vec<i64> = scripts::batch_cmd(&segments, Some(now))
@@ -176,6 +183,7 @@ async fn run(algorithm: Algorithm, seed: u64) {
                             .collect()
                     })
                     .collect();
+                let shape: Vec<_> = shape.into_iter().zip(&dry).collect();
                 disagreements.push(format!(
                     "at {now} (seed {seed}, op {done}) params {p:?} requests {shape:?}:\n  model {expected:?}\n  lua   {got:?}"
                 ));

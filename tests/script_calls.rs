@@ -141,7 +141,7 @@ async fn standalone_at_most_one_evalsha_per_request_and_never_eval() {
     assert_eq!(delta.script_load, 0, "a script was reloaded: {delta:?}");
 
     // 64 at a time: requests queued behind calls in flight share one call, and each
-    // is still decided on its own. Every key here is limited to 3 per second
+    // is still decided on its own. Every key here is limited to 3 per day
     // (`limited`), hit 4 times at once: exactly 3 OK per key, whatever the batching.
     let before = calls(&ports);
     let mut ok = 0;

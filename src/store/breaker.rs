@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{CounterOp, Store, StoreError, StoreFuture};
+use crate::algorithm::Decision;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerOptions {
@@ -60,22 +61,41 @@ impl<S: Store> Breaker<S> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// May this call go through? Open past its time turns half-open for one probe.
-    fn admit(&self) -> Result<(), StoreError> {
+    /// May this call go through? Open past its time turns half-open for one probe;
+    /// `Ok(true)` says this call is that probe.
+    fn admit(&self) -> Result<bool, StoreError> {
         let mut state = self.lock();
         match *state {
-            State::Closed { .. } => Ok(()),
+            State::Closed { .. } => Ok(false),
             State::Open { until } => {
                 let now = Instant::now();
                 if now >= until {
                     *state = State::HalfOpen;
-                    Ok(())
+                    Ok(true)
                 } else {
                     Err(StoreError::CircuitOpen(until - now))
                 }
             }
             State::HalfOpen => Err(StoreError::CircuitOpen(Duration::ZERO)),
         }
+    }
+
+    /// Runs `call` under the breaker. A probe whose caller goes away before it ends
+    /// (Envoy's own timeout drops the request) would leave the breaker half-open for
+    /// good, refusing everything; the guard hands the probe to the next caller instead.
+    async fn guarded(
+        &self,
+        call: impl Future<Output = Result<Vec<Decision>, StoreError>>,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let probe = self.admit()?;
+        let mut guard = ProbeGuard {
+            breaker: self,
+            armed: probe,
+        };
+        let result = call.await;
+        guard.armed = false;
+        self.record(result.is_ok());
+        result
     }
 
     fn record(&self, ok: bool) {
@@ -100,22 +120,79 @@ impl<S: Store> Breaker<S> {
     }
 }
 
+/// Reopens a cancelled probe's breaker as already expired: the next call probes.
+struct ProbeGuard<'a, S: Store> {
+    breaker: &'a Breaker<S>,
+    armed: bool,
+}
+
+impl<S: Store> Drop for ProbeGuard<'_, S> {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut state = self.breaker.lock();
+            if matches!(*state, State::HalfOpen) {
+                *state = State::Open {
+                    until: Instant::now(),
+                };
+            }
+        }
+    }
+}
+
 impl<S: Store> Store for Breaker<S> {
     fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        Box::pin(async move {
-            self.admit()?;
-            let result = self.inner.decide(ops).await;
-            self.record(result.is_ok());
-            result
-        })
+        Box::pin(self.guarded(self.inner.decide(ops)))
     }
 
     fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        Box::pin(async move {
-            self.admit()?;
-            let result = self.inner.dry_run(ops).await;
-            self.record(result.is_ok());
-            result
-        })
+        Box::pin(self.guarded(self.inner.dry_run(ops)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    /// A store that fails (0), never answers (1) or answers with nothing (2).
+    struct Scripted(AtomicU8);
+
+    impl Store for Scripted {
+        fn decide<'a>(&'a self, _ops: &'a [CounterOp]) -> StoreFuture<'a> {
+            let mode = self.0.load(Ordering::SeqCst);
+            Box::pin(async move {
+                match mode {
+                    0 => Err(StoreError::Unavailable("down".into())),
+                    1 => std::future::pending().await,
+                    _ => Ok(Vec::new()),
+                }
+            })
+        }
+
+        fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+            self.decide(ops)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_probe_lets_the_next_call_probe() {
+        let breaker = Breaker::new(
+            Scripted(AtomicU8::new(0)),
+            BreakerOptions {
+                failures_to_open: 1,
+                open_for: Duration::from_millis(1),
+            },
+        );
+        assert!(breaker.decide(&[]).await.is_err());
+        assert!(breaker.is_open());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // The probe hangs and its caller gives up.
+        breaker.inner.0.store(1, Ordering::SeqCst);
+        let probe = tokio::time::timeout(Duration::from_millis(20), breaker.decide(&[])).await;
+        assert!(probe.is_err(), "the probe was still waiting");
+        // Redis is back: the next call is admitted as the new probe and closes it.
+        breaker.inner.0.store(2, Ordering::SeqCst);
+        assert!(breaker.decide(&[]).await.is_ok());
+        assert!(!breaker.is_open());
     }
 }

@@ -59,6 +59,11 @@ impl MemoryStore {
         self.decide_batch(ops, false)
     }
 
+    /// [`Store::dry_run`] without the future: decides, consumes nothing.
+    pub fn dry_run_now(&self, ops: &[CounterOp]) -> Vec<Decision> {
+        self.decide_batch(ops, true)
+    }
+
     fn decide_batch(&self, ops: &[CounterOp], dry_run: bool) -> Vec<Decision> {
         let now = self.clock.now_millis();
         let mut inner = self.lock();

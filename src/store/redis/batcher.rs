@@ -9,11 +9,12 @@
 //! atomic script, so a call carrying S requests answers exactly as S calls would.
 //!
 //! Latency: an idle store sends a request at once (a free in-flight slot, an empty
-//! queue); batches only form while [`IN_FLIGHT`] calls are already waiting on Redis, so
-//! a request waits at most for one call ahead of it, which it would have queued behind
-//! on the shared connection anyway.
+//! queue); batches only form while [`IN_FLIGHT`] calls are already waiting on Redis.
+//! A call is given up after the store's timeout (every request in it has given up by
+//! then too), so a Redis that stops answering cannot hold the in-flight slots longer.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -26,8 +27,9 @@ use crate::store::StoreError;
 /// keep the connection busy while a finished call's replies are handed out.
 const IN_FLIGHT: usize = 2;
 
-/// Operations per call, at most: keeps one script's run (and the time every other
-/// client of that Redis waits for it) short. A larger single request still goes alone.
+/// Operations per call, at most, unless one request alone has more (it then goes
+/// alone): keeps one script's run, and the time every other client of that Redis
+/// waits for it, short.
 const MAX_OPS_PER_CALL: usize = 256;
 
 struct Job {
@@ -44,10 +46,12 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the task that drains the queue (on the current tokio runtime).
-    pub fn start(connection: Standalone) -> Self {
+    /// Starts the task that drains the queue (on the current tokio runtime). A call
+    /// not answered within `timeout` is abandoned and its requests get
+    /// [`StoreError::Timeout`].
+    pub fn start(connection: Standalone, timeout: Duration) -> Self {
         let (queue, jobs) = mpsc::unbounded_channel();
-        tokio::spawn(drain(jobs, connection));
+        tokio::spawn(drain(jobs, connection, timeout));
         Self { queue }
     }
 
@@ -74,41 +78,55 @@ impl Batcher {
     }
 }
 
-async fn drain(mut jobs: mpsc::UnboundedReceiver<Job>, connection: Standalone) {
+async fn drain(mut jobs: mpsc::UnboundedReceiver<Job>, connection: Standalone, timeout: Duration) {
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
-    while let Some(first) = jobs.recv().await {
+    // A job that did not fit in the previous call opens the next one.
+    let mut held: Option<Job> = None;
+    loop {
+        let first = match held.take() {
+            Some(job) => job,
+            None => match jobs.recv().await {
+                Some(job) => job,
+                None => return,
+            },
+        };
         // Waiting here for a slot is what lets the queue fill: whatever arrives while
         // IN_FLIGHT calls are out goes in the next one.
         let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
             return;
         };
-        let mut batch = Vec::new();
+        let mut batch: Vec<Job> = Vec::new();
         let mut ops = 0;
         let mut next = Some(first);
         while let Some(job) = next.take() {
             // A caller that gave up (its timeout passed) must not be counted after
             // it was answered by its failure mode.
             if !job.reply.is_closed() {
+                if !batch.is_empty() && ops + job.ops.len() > MAX_OPS_PER_CALL {
+                    held = Some(job);
+                    break;
+                }
                 ops += job.ops.len();
                 batch.push(job);
             }
-            if ops < MAX_OPS_PER_CALL {
-                next = jobs.try_recv().ok();
-            }
+            next = jobs.try_recv().ok();
         }
         if batch.is_empty() {
             continue;
         }
         let mut connection = connection.clone();
         tokio::spawn(async move {
-            call(&mut connection, batch).await;
+            let replies = tokio::time::timeout(timeout, call(&mut connection, &batch))
+                .await
+                .unwrap_or(Err(StoreError::Timeout(timeout)));
             drop(permit);
+            answer(batch, replies);
         });
     }
 }
 
-/// One EVALSHA for every job of `batch`; each job gets its own replies, or the error.
-async fn call(connection: &mut Standalone, batch: Vec<Job>) {
+/// One EVALSHA for every job of `batch`: all their replies, in order.
+async fn call(connection: &mut Standalone, batch: &[Job]) -> Result<Vec<Reply>, StoreError> {
     let segments: Vec<Segment<'_, String>> = batch
         .iter()
         .map(|job| Segment {
@@ -118,14 +136,15 @@ async fn call(connection: &mut Standalone, batch: Vec<Job>) {
         })
         .collect();
     let cmd = scripts::batch_cmd(&segments, None);
-    drop(segments);
     let total: usize = batch.iter().map(|job| job.ops.len()).sum();
-    let result: Result<Vec<i64>, StoreError> = super::evalsha(connection, &cmd, &scripts::BATCH)
+    let values: Vec<i64> = super::evalsha(connection, &cmd, &scripts::BATCH)
         .await
-        .map_err(|e| StoreError::Unavailable(connect::describe(&e)));
-    let replies = result.and_then(|values| {
-        scripts::parse_batch_reply(&values, total).map_err(StoreError::Unavailable)
-    });
+        .map_err(|e| StoreError::Unavailable(connect::describe(&e)))?;
+    scripts::parse_batch_reply(&values, total).map_err(StoreError::Unavailable)
+}
+
+/// Each job gets its own replies, or the call's error.
+fn answer(batch: Vec<Job>, replies: Result<Vec<Reply>, StoreError>) {
     match replies {
         Ok(replies) => {
             let mut replies = replies.into_iter();

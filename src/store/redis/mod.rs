@@ -62,7 +62,7 @@ impl RedisStore {
                 ))
             })?;
         let batcher = match &connection {
-            Connection::Standalone(c) => Some(Batcher::start(c.clone())),
+            Connection::Standalone(c) => Some(Batcher::start(c.clone(), options.timeout)),
             Connection::Cluster(_) => None,
         };
         Ok(Self {
