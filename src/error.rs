@@ -1,6 +1,7 @@
 //! The crate's error type and its single mapping to a gRPC status, at the edge.
 
 use crate::config::ConfigErrors;
+use crate::metrics::RequestErrorKind;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +34,17 @@ impl Error {
         Error::Io {
             context: context.into(),
             source,
+        }
+    }
+}
+
+impl Error {
+    /// The kind the request metrics label this error with.
+    pub fn metric_kind(&self) -> RequestErrorKind {
+        match self {
+            Error::InvalidRequest(_) => RequestErrorKind::InvalidArgument,
+            Error::Store(e) => RequestErrorKind::Store(e.kind()),
+            _ => RequestErrorKind::Internal,
         }
     }
 }

@@ -2,21 +2,20 @@
 //! reachable (when it is checked) and no shutdown under way. grpc.health.v1 and
 //! `GET /healthcheck` both read [`Health`]; the server subscribes to its changes.
 //!
-//! The memory store is always reachable. Redis is probed by [`spawn_redis_probe`]:
-//! a PING every [`PROBE_INTERVAL`] on a connection of its own (so it never queues
-//! behind rate-limit traffic); [`UNREACHABLE_AFTER`] failures in a row mark the backend
+//! The store answers for itself through the seam ([`Store::ping`]; the memory store
+//! always answers, Redis PINGs on a connection of its own). [`spawn_probe`] asks
+//! every [`PROBE_INTERVAL`]; [`UNREACHABLE_AFTER`] failures in a row mark the backend
 //! unreachable, one success marks it reachable again.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::store::redis::connect::{self, Connection, RedisOptions};
+use crate::store::Store;
 
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
-/// Bound on one probe PING.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Consecutive failed probes before the backend counts as unreachable: one slow PING
 /// must not take every replica out of service at once.
 pub const UNREACHABLE_AFTER: u32 = 3;
@@ -106,21 +105,16 @@ impl Health {
     }
 }
 
-/// Probes Redis until the returned task is aborted, marking `health` accordingly.
+/// Probes the store until the returned task is aborted, marking `health` accordingly.
 /// Must be called inside a Tokio runtime.
-pub fn spawn_redis_probe(options: &RedisOptions, health: std::sync::Arc<Health>) -> JoinHandle<()> {
-    let mut options = options.clone();
-    // A PING is tiny, but the request budget (tens of ms) is no bound for a probe.
-    options.timeout = PROBE_TIMEOUT;
-    options.connect_timeout = options.connect_timeout.min(PROBE_TIMEOUT * 5);
+pub fn spawn_probe(store: Arc<dyn Store>, health: Arc<Health>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut connection: Option<Connection> = None;
         let mut failures = 0u32;
         let mut ticker = tokio::time::interval(PROBE_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            match ping(&options, &mut connection).await {
+            match store.ping().await {
                 Ok(()) => {
                     if failures >= UNREACHABLE_AFTER {
                         tracing::info!(event = "backend_reachable", "Redis answers again: SERVING");
@@ -145,31 +139,6 @@ pub fn spawn_redis_probe(options: &RedisOptions, health: std::sync::Arc<Health>)
             }
         }
     })
-}
-
-/// One PING, connecting first when there is no connection yet. The connection
-/// reconnects by itself after errors, so it is kept.
-async fn ping(options: &RedisOptions, connection: &mut Option<Connection>) -> Result<(), String> {
-    if connection.is_none() {
-        *connection = Some(connect::connect(options).await?);
-    }
-    let Some(connection) = connection.as_ref() else {
-        return Err("no connection".into());
-    };
-    let cmd = redis::cmd("PING");
-    let reply = match connection {
-        Connection::Standalone(c) => {
-            tokio::time::timeout(PROBE_TIMEOUT, cmd.query_async::<()>(&mut c.clone())).await
-        }
-        Connection::Cluster(c) => {
-            tokio::time::timeout(PROBE_TIMEOUT, cmd.query_async::<()>(&mut c.clone())).await
-        }
-    };
-    match reply {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(connect::describe(&e)),
-        Err(_) => Err(format!("no PING answer within {PROBE_TIMEOUT:?}")),
-    }
 }
 
 #[cfg(test)]

@@ -17,10 +17,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-pub use self::rules::RuleOutcome;
+pub use self::rules::{RuleLabels, RuleOutcome};
 use crate::config::FailureMode;
-use crate::error::Error;
-use crate::store::{CounterKey, StoreError};
 
 /// envoyproxy/ratelimit's `NEAR_LIMIT_RATIO` default.
 pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
@@ -60,9 +58,39 @@ impl BackendOp {
     }
 }
 
+/// Why a backend call failed, as the metrics label it. The store maps its own error
+/// type onto this (metrics know no store type, so they sit below the store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendErrorKind {
+    Timeout,
+    Unavailable,
+    /// Refused by the circuit breaker at once: no call was made.
+    CircuitOpen,
+}
+
+/// Why a request was answered with an error, as the metrics label it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestErrorKind {
+    InvalidArgument,
+    Store(BackendErrorKind),
+    Internal,
+}
+
+impl RequestErrorKind {
+    fn index(self) -> usize {
+        match self {
+            RequestErrorKind::InvalidArgument => 0,
+            RequestErrorKind::Store(kind) => 1 + kind as usize,
+            RequestErrorKind::Internal => 4,
+        }
+    }
+}
+
 const BACKEND_OPS: [&str; 2] = ["decide", "dry_run"];
+/// In `BackendErrorKind` order.
 const BACKEND_ERRORS: [&str; 3] = ["timeout", "unavailable", "circuit_open"];
 const REQUEST_RESULTS: [&str; 3] = ["ok", "over_limit", "error"];
+/// In `RequestErrorKind::index` order.
 const REQUEST_ERRORS: [&str; 5] = [
     "invalid_argument",
     "store_timeout",
@@ -71,20 +99,12 @@ const REQUEST_ERRORS: [&str; 5] = [
     "internal",
 ];
 
-fn store_error_index(error: &StoreError) -> usize {
-    match error {
-        StoreError::Timeout(_) => 0,
-        StoreError::Unavailable(_) => 1,
-        StoreError::CircuitOpen(_) => 2,
-    }
-}
-
 /// How one request ended, for the service metrics.
 #[derive(Debug, Clone, Copy)]
-pub enum RequestResult<'a> {
+pub enum RequestResult {
     Ok,
     OverLimit,
-    Error(&'a Error),
+    Error(RequestErrorKind),
 }
 
 /// Registry and handles of one server; shared by the limiter, the store wrapper, the
@@ -240,22 +260,17 @@ impl Metrics {
     }
 
     /// One descriptor's outcome on its rule (see [`RuleOutcome`]).
-    pub fn rule(&self, key: &CounterKey, detailed: bool, outcome: &RuleOutcome) {
-        self.rules.record(key, detailed, outcome);
+    pub fn rule(&self, rule: RuleLabels<'_>, outcome: &RuleOutcome) {
+        self.rules.record(rule, outcome);
     }
 
     /// One finished request.
-    pub fn request(&self, elapsed: Duration, descriptors: usize, result: RequestResult<'_>) {
+    pub fn request(&self, elapsed: Duration, descriptors: usize, result: RequestResult) {
         let index = match result {
             RequestResult::Ok => 0,
             RequestResult::OverLimit => 1,
-            RequestResult::Error(error) => {
-                let kind = match error {
-                    Error::InvalidRequest(_) => 0,
-                    Error::Store(e) => 1 + store_error_index(e),
-                    _ => 4,
-                };
-                self.request_errors[kind].inc();
+            RequestResult::Error(kind) => {
+                self.request_errors[kind.index()].inc();
                 2
             }
         };
@@ -265,14 +280,14 @@ impl Metrics {
     }
 
     /// One call that reached the store, and how long it took.
-    pub fn backend_call(&self, op: BackendOp, elapsed: Duration, error: Option<&StoreError>) {
+    pub fn backend_call(&self, op: BackendOp, elapsed: Duration, error: Option<BackendErrorKind>) {
         match error {
             // Refused by the breaker at once: no call was made, nothing to time.
-            Some(e @ StoreError::CircuitOpen(_)) => {
-                self.backend_errors[op.index()][store_error_index(e)].inc();
+            Some(kind @ BackendErrorKind::CircuitOpen) => {
+                self.backend_errors[op.index()][kind as usize].inc();
             }
-            Some(e) => {
-                self.backend_errors[op.index()][store_error_index(e)].inc();
+            Some(kind) => {
+                self.backend_errors[op.index()][kind as usize].inc();
                 self.backend_duration[op.index()].observe(elapsed.as_secs_f64());
             }
             None => self.backend_duration[op.index()].observe(elapsed.as_secs_f64()),

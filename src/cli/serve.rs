@@ -188,7 +188,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         .as_ref()
         .map(|tls| AbortOnDrop(tls.spawn_reload(server::tls::RELOAD_INTERVAL)));
     let protection = &settings.protection;
-    let store = match stack::build_with_metrics(
+    let store = match stack::build(
         settings.redis.as_ref(),
         protection.breaker,
         protection.local_cache_bytes,
@@ -204,7 +204,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     };
     let limiter = Arc::new(Limiter::with_metrics(
         loaded.config,
-        store,
+        store.clone(),
         LimiterOptions {
             global_shadow_mode: settings.shadow_mode,
             headers: protection.headers.clone(),
@@ -228,12 +228,8 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         reload::spawn_watch(reloader.clone(), options)
     });
     let health = Arc::new(Health::new(true));
-    let _probe = match &settings.redis {
-        Some(options) if settings.health_check_redis => Some(AbortOnDrop(
-            health::spawn_redis_probe(options, health.clone()),
-        )),
-        _ => None,
-    };
+    let _probe = (settings.redis.is_some() && settings.health_check_redis)
+        .then(|| AbortOnDrop(health::spawn_probe(store.clone(), health.clone())));
     let listeners = match Listeners::bind(settings.grpc_addr, settings.http_addr).await {
         Ok(listeners) => listeners,
         Err(e) => {

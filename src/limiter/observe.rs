@@ -12,7 +12,7 @@ use super::{Limiter, Plan};
 use crate::algorithm::Decision;
 use crate::config::FailureMode;
 use crate::error::Error;
-use crate::metrics::{Metrics, RequestResult, RuleOutcome};
+use crate::metrics::{Metrics, RequestResult, RuleLabels, RuleOutcome};
 use crate::proto::rate_limit_response::Code;
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::CounterOp;
@@ -31,7 +31,7 @@ impl Limiter {
                 RequestResult::OverLimit
             }
             Ok(_) => RequestResult::Ok,
-            Err(error) => RequestResult::Error(error),
+            Err(error) => RequestResult::Error(error.metric_kind()),
         };
         self.metrics
             .request(start.elapsed(), request.descriptors.len(), outcome);
@@ -82,8 +82,13 @@ impl Limiter {
                 shadowed: over_limit && shadow,
                 from_local_cache: local.iter().any(|i| range.contains(i)),
             };
-            let detailed = rule.is_some_and(|r| r.detailed_metric);
-            self.metrics.rule(&first.key, detailed, &outcome);
+            let labels = RuleLabels {
+                domain: &first.key.domain,
+                rule: &first.key.rule,
+                entries: &first.key.entries,
+                detailed: rule.is_some_and(|r| r.detailed_metric),
+            };
+            self.metrics.rule(labels, &outcome);
         }
     }
 }

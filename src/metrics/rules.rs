@@ -12,8 +12,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use crate::store::CounterKey;
-
 /// What one descriptor's hits did to one rule, in hits (`hits_addend`), as
 /// envoyproxy/ratelimit counts them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,15 +27,28 @@ pub struct RuleOutcome {
     pub from_local_cache: bool,
 }
 
+/// Which rule a descriptor's outcome is counted on: plain labels, borrowed from the
+/// request's counter (metrics know no store type).
+#[derive(Debug, Clone, Copy)]
+pub struct RuleLabels<'a> {
+    pub domain: &'a Arc<str>,
+    /// The rule's config path.
+    pub rule: &'a Arc<str>,
+    /// The descriptor's entries as counted (a `share_threshold` wildcard as `*`).
+    pub entries: &'a [(String, String)],
+    /// `detailed_metric: true`: the entries become the `descriptor` label.
+    pub detailed: bool,
+}
+
 /// `domain`, `rule` and, for `detailed_metric` rules, `descriptor` (`k=v,k2=v2`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct RuleLabels {
+struct SeriesLabels {
     domain: Arc<str>,
     rule: Arc<str>,
     descriptor: Option<Box<str>>,
 }
 
-impl EncodeLabelSet for RuleLabels {
+impl EncodeLabelSet for SeriesLabels {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
         ("domain", &*self.domain).encode(encoder.encode_label())?;
         ("rule", &*self.rule).encode(encoder.encode_label())?;
@@ -86,12 +97,12 @@ impl RuleCounters {
 type ByPath = HashMap<Arc<str>, Arc<RuleCounters>>;
 
 pub(super) struct RuleMetrics {
-    hits: Family<RuleLabels, Counter>,
-    within_limit: Family<RuleLabels, Counter>,
-    over_limit: Family<RuleLabels, Counter>,
-    near_limit: Family<RuleLabels, Counter>,
-    shadow_mode: Family<RuleLabels, Counter>,
-    over_limit_with_local_cache: Family<RuleLabels, Counter>,
+    hits: Family<SeriesLabels, Counter>,
+    within_limit: Family<SeriesLabels, Counter>,
+    over_limit: Family<SeriesLabels, Counter>,
+    near_limit: Family<SeriesLabels, Counter>,
+    shadow_mode: Family<SeriesLabels, Counter>,
+    over_limit_with_local_cache: Family<SeriesLabels, Counter>,
     /// Handles of the rules without `detailed_metric`, by domain then rule path.
     handles: RwLock<HashMap<Arc<str>, ByPath>>,
 }
@@ -141,14 +152,14 @@ impl RuleMetrics {
         metrics
     }
 
-    /// Counts `outcome` for the rule of `key`; `detailed` adds the key's entries as the
+    /// Counts `outcome` for `rule`; a detailed rule adds its entries as the
     /// `descriptor` label.
-    pub(super) fn record(&self, key: &CounterKey, detailed: bool, outcome: &RuleOutcome) {
-        if detailed {
-            let labels = RuleLabels {
-                domain: key.domain.clone(),
-                rule: key.rule.clone(),
-                descriptor: Some(descriptor_text(key).into_boxed_str()),
+    pub(super) fn record(&self, rule: RuleLabels<'_>, outcome: &RuleOutcome) {
+        if rule.detailed {
+            let labels = SeriesLabels {
+                domain: rule.domain.clone(),
+                rule: rule.rule.clone(),
+                descriptor: Some(descriptor_text(rule.entries).into_boxed_str()),
             };
             self.counters_for(&labels).record(outcome);
             return;
@@ -157,34 +168,34 @@ impl RuleMetrics {
             .handles
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&*key.domain)
-            .and_then(|paths| paths.get(&*key.rule))
+            .get(&**rule.domain)
+            .and_then(|paths| paths.get(&**rule.rule))
             .cloned();
         let counters = match cached {
             Some(counters) => counters,
-            None => self.cache(key),
+            None => self.cache(rule),
         };
         counters.record(outcome);
     }
 
     /// First sight of a rule: its handles, created once and kept.
-    fn cache(&self, key: &CounterKey) -> Arc<RuleCounters> {
-        let labels = RuleLabels {
-            domain: key.domain.clone(),
-            rule: key.rule.clone(),
+    fn cache(&self, rule: RuleLabels<'_>) -> Arc<RuleCounters> {
+        let labels = SeriesLabels {
+            domain: rule.domain.clone(),
+            rule: rule.rule.clone(),
             descriptor: None,
         };
         let counters = Arc::new(self.counters_for(&labels));
         let mut handles = self.handles.write().unwrap_or_else(PoisonError::into_inner);
         handles
-            .entry(key.domain.clone())
+            .entry(rule.domain.clone())
             .or_default()
-            .entry(key.rule.clone())
+            .entry(rule.rule.clone())
             .or_insert(counters)
             .clone()
     }
 
-    fn counters_for(&self, labels: &RuleLabels) -> RuleCounters {
+    fn counters_for(&self, labels: &SeriesLabels) -> RuleCounters {
         RuleCounters {
             hits: self.hits.get_or_create_owned(labels),
             within_limit: self.within_limit.get_or_create_owned(labels),
@@ -200,9 +211,9 @@ impl RuleMetrics {
 
 /// The counter's entries as `k=v,k2=v2` (a `share_threshold` wildcard shows as `*`,
 /// as it is counted).
-fn descriptor_text(key: &CounterKey) -> String {
+fn descriptor_text(entries: &[(String, String)]) -> String {
     let mut text = String::new();
-    for (i, (k, v)) in key.entries.iter().enumerate() {
+    for (i, (k, v)) in entries.iter().enumerate() {
         if i > 0 {
             text.push(',');
         }

@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{CounterOp, Store, StoreError, StoreFuture};
+use super::{CounterOp, PingFuture, Store, StoreError, StoreFuture};
 use crate::algorithm::Decision;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +146,10 @@ impl<S: Store> Store for Breaker<S> {
 
     fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
         Box::pin(self.guarded(self.inner.dry_run(ops)))
+    }
+
+    fn ping(&self) -> PingFuture<'_> {
+        self.inner.ping()
     }
 }
 

@@ -6,14 +6,13 @@
 //! cache changes no decision. Check-only calls (cost 0) always go to the store: a
 //! full counter still passes them. Memory is bounded by a byte budget.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use moka::Expiry;
 use moka::sync::Cache;
 
-use super::{CounterKey, CounterOp, Store, StoreFuture};
+use super::{CounterKey, CounterOp, PingFuture, Store, StoreFuture};
 use crate::algorithm::Decision;
 
 /// Identity of a cached denial: the counter and the limit it was denied under (a
@@ -162,22 +161,8 @@ impl<S: Store> Store for OverLimitCache<S> {
     fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
         self.inner.dry_run(ops)
     }
-}
 
-impl<S: Store> Store for Arc<S> {
-    fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        (**self).decide(ops)
-    }
-
-    fn decide_noting_local<'a>(
-        &'a self,
-        ops: &'a [CounterOp],
-        local: &'a mut Vec<usize>,
-    ) -> StoreFuture<'a> {
-        (**self).decide_noting_local(ops, local)
-    }
-
-    fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        (**self).dry_run(ops)
+    fn ping(&self) -> PingFuture<'_> {
+        self.inner.ping()
     }
 }

@@ -11,7 +11,7 @@ use std::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::{CounterOp, Store, StoreError, StoreFuture};
+use super::{CounterOp, PingFuture, Store, StoreError, StoreFuture};
 use crate::algorithm::Decision;
 use crate::metrics::{BackendOp, Metrics};
 use crate::telemetry::SPAN_TARGET;
@@ -35,8 +35,11 @@ impl<S: Store> Metered<S> {
         let span = span(op, ops);
         let start = Instant::now();
         let result = call.instrument(span.clone()).await;
-        self.metrics
-            .backend_call(op, start.elapsed(), result.as_ref().err());
+        self.metrics.backend_call(
+            op,
+            start.elapsed(),
+            result.as_ref().err().map(StoreError::kind),
+        );
         if !span.is_disabled() {
             match &result {
                 Ok(decisions) if decisions.iter().all(|d| d.allowed) => {
@@ -101,5 +104,9 @@ impl<S: Store> Store for Metered<S> {
 
     fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
         Box::pin(self.observe(BackendOp::DryRun, ops, self.inner.dry_run(ops)))
+    }
+
+    fn ping(&self) -> PingFuture<'_> {
+        self.inner.ping()
     }
 }

@@ -16,6 +16,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::algorithm::{Algorithm, Decision, Params};
+use crate::metrics::BackendErrorKind;
 
 /// Names one counter: the domain, the rule (its config path), the request's descriptor
 /// entries that reached it, the algorithm and the window length. Two requests share a
@@ -58,8 +59,21 @@ pub enum StoreError {
     CircuitOpen(std::time::Duration),
 }
 
+impl StoreError {
+    /// The kind the metrics label this error with.
+    pub fn kind(&self) -> BackendErrorKind {
+        match self {
+            StoreError::Timeout(_) => BackendErrorKind::Timeout,
+            StoreError::Unavailable(_) => BackendErrorKind::Unavailable,
+            StoreError::CircuitOpen(_) => BackendErrorKind::CircuitOpen,
+        }
+    }
+}
+
 pub type StoreFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Vec<Decision>, StoreError>> + Send + 'a>>;
+
+pub type PingFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
 
 /// Decides a request's operations together.
 ///
@@ -87,4 +101,33 @@ pub trait Store: Send + Sync + 'static {
     /// Decides as if the request were already denied: the same decisions, nothing
     /// consumed. For true statuses of a request denied before the store was asked.
     fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a>;
+
+    /// Whether the backend answers, for readiness: asked apart from rate-limit traffic
+    /// (never queued behind it, never counted by the breaker). The memory store
+    /// always answers; wrappers pass the question through.
+    fn ping(&self) -> PingFuture<'_> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl<S: Store> Store for Arc<S> {
+    fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+        (**self).decide(ops)
+    }
+
+    fn decide_noting_local<'a>(
+        &'a self,
+        ops: &'a [CounterOp],
+        local: &'a mut Vec<usize>,
+    ) -> StoreFuture<'a> {
+        (**self).decide_noting_local(ops, local)
+    }
+
+    fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+        (**self).dry_run(ops)
+    }
+
+    fn ping(&self) -> PingFuture<'_> {
+        (**self).ping()
+    }
 }

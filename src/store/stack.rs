@@ -16,16 +16,8 @@ use super::redis::connect::RedisOptions;
 use super::{Store, StoreError};
 use crate::metrics::Metrics;
 
+/// The server's store; with `metrics`, every call that reaches the backend is recorded.
 pub async fn build(
-    redis: Option<&RedisOptions>,
-    breaker: BreakerOptions,
-    local_cache_bytes: u64,
-) -> Result<Arc<dyn Store>, StoreError> {
-    build_with_metrics(redis, breaker, local_cache_bytes, None).await
-}
-
-/// [`build`], with every call that reaches the backend recorded in `metrics`.
-pub async fn build_with_metrics(
     redis: Option<&RedisOptions>,
     breaker: BreakerOptions,
     local_cache_bytes: u64,

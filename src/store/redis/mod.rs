@@ -21,13 +21,21 @@ use redis::{
 use self::batcher::Batcher;
 use self::connect::{Connection, RedisOptions};
 use self::scripts::{Refund, Reply, Segment, WireOp};
-use super::{CounterOp, Store, StoreError, StoreFuture};
+use super::{CounterOp, PingFuture, Store, StoreError, StoreFuture};
 use crate::algorithm::Decision;
 
 pub use connect::RedisTarget;
 
+/// Bound on one readiness PING.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
 pub struct RedisStore {
     connection: Connection,
+    /// A connection of its own for [`Store::ping`], opened on first use, so a
+    /// readiness probe never queues behind rate-limit traffic.
+    probe: tokio::sync::Mutex<Option<Connection>>,
+    /// What the probe connects with (its timeouts are the probe's, not a request's).
+    probe_options: RedisOptions,
     /// Standalone only: the queue that merges concurrent requests into one call.
     batcher: Option<Batcher>,
     prefix: String,
@@ -65,8 +73,14 @@ impl RedisStore {
             Connection::Standalone(c) => Some(Batcher::start(c.clone(), options.timeout)),
             Connection::Cluster(_) => None,
         };
+        let mut probe_options = options.clone();
+        // A PING is tiny, but the request budget (tens of ms) is no bound for a probe.
+        probe_options.timeout = PROBE_TIMEOUT;
+        probe_options.connect_timeout = options.connect_timeout.min(PROBE_TIMEOUT * 5);
         Ok(Self {
             connection,
+            probe: tokio::sync::Mutex::new(None),
+            probe_options,
             batcher,
             prefix: options.key_prefix.clone(),
             timeout: options.timeout,
@@ -268,5 +282,36 @@ impl Store for RedisStore {
 
     fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
         Box::pin(self.within_timeout(ops, true))
+    }
+
+    fn ping(&self) -> PingFuture<'_> {
+        Box::pin(async move {
+            let mut probe = self.probe.lock().await;
+            if probe.is_none() {
+                // The connection reconnects by itself after errors, so it is kept.
+                *probe = Some(
+                    connect::connect(&self.probe_options)
+                        .await
+                        .map_err(StoreError::Unavailable)?,
+                );
+            }
+            let Some(connection) = probe.as_ref() else {
+                return Err(StoreError::Unavailable("no probe connection".into()));
+            };
+            let cmd = redis::cmd("PING");
+            let reply = match connection {
+                Connection::Standalone(c) => {
+                    tokio::time::timeout(PROBE_TIMEOUT, cmd.query_async::<()>(&mut c.clone())).await
+                }
+                Connection::Cluster(c) => {
+                    tokio::time::timeout(PROBE_TIMEOUT, cmd.query_async::<()>(&mut c.clone())).await
+                }
+            };
+            match reply {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(StoreError::Unavailable(connect::describe(&e))),
+                Err(_) => Err(StoreError::Timeout(PROBE_TIMEOUT)),
+            }
+        })
     }
 }
