@@ -12,7 +12,7 @@ use crate::config::{Domain, Rule};
 
 /// Entries beyond this index are never marked as shared (requests are bounded well
 /// below it by the service's validation).
-const MAX_SHARED_ENTRIES: usize = 64;
+pub const MAX_SHARED_ENTRIES: usize = 64;
 
 /// A descriptor's rule, and which of its entries matched a `share_threshold` wildcard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
