@@ -13,8 +13,8 @@ use std::sync::Arc;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 use tollgate::config::Config;
+use tollgate::config::matcher;
 use tollgate::limiter::{Limiter, LimiterOptions, plan};
-use tollgate::matcher;
 use tollgate::proto::rate_limit_descriptor::Entry;
 use tollgate::proto::{RateLimitDescriptor, RateLimitRequest};
 use tollgate::store::memory::MemoryStore;

@@ -17,9 +17,9 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use tollgate::health::Health;
 use tollgate::limiter::{Limiter, LimiterOptions};
-use tollgate::reload::{self, ReloadStatus, Reloader, Trigger};
+use tollgate::server::health::Health;
+use tollgate::server::reload::{self, ReloadStatus, Reloader, Trigger};
 use tollgate::server::{self, Listeners, ServeOptions};
 use tollgate::store::memory::MemoryStore;
 

@@ -1,5 +1,5 @@
 //! Matching allocates nothing: a counting global allocator watches
-//! `tollgate::matcher::find` (and the domain lookup and `plan::resolve` around it)
+//! `tollgate::config::matcher::find` (and the domain lookup and `plan::resolve` around it)
 //! walk a realistic config (`benches/config/bench.yaml`: exact values, wildcards,
 //! key-only nodes, nested descriptors, a shared wildcard, no match at all) and
 //! counts zero heap allocations.
@@ -11,8 +11,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::Path;
 
+use tollgate::config::matcher;
 use tollgate::limiter::plan::{self, Resolved};
-use tollgate::matcher;
 use tollgate::proto::RateLimitDescriptor;
 use tollgate::proto::rate_limit_descriptor::Entry;
 

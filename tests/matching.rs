@@ -1,5 +1,5 @@
 //! DESIGN.md section 3, matcher rules, on configs built from YAML through
-//! `tollgate::matcher::find`: exact over wildcard over key-only, wildcard config
+//! `tollgate::config::matcher::find`: exact over wildcard over key-only, wildcard config
 //! order, wildcards anywhere and several, no backtracking, the last-entry rule,
 //! unknown keys and empty descriptors, and the share_threshold bit. The limiter-level
 //! rules of section 3 are in `tests/limiter.rs`.
@@ -8,7 +8,7 @@ mod common;
 
 use common::server::config;
 use tollgate::config::Config;
-use tollgate::matcher::{self, Match};
+use tollgate::config::matcher::{self, Match};
 
 type Entries<'a> = &'a [(&'a str, &'a str)];
 

@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use common::server::{TestServer, config, descriptor, request};
 use tollgate::limiter::{Limiter, LimiterOptions};
 use tollgate::metrics::Metrics;
-use tollgate::reload::{self, ReloadStatus, Reloader, Trigger};
+use tollgate::server::reload::{self, ReloadStatus, Reloader, Trigger};
 use tollgate::store::cache::OverLimitCache;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::metered::Metered;

@@ -17,7 +17,7 @@ use common::server::{descriptor, request};
 use tollgate::config::watch::WatchOptions;
 use tollgate::limiter::{Limiter, LimiterOptions};
 use tollgate::proto::rate_limit_response::Code;
-use tollgate::reload::{self, ReloadStatus, Reloader, Trigger, WatchTask};
+use tollgate::server::reload::{self, ReloadStatus, Reloader, Trigger, WatchTask};
 use tollgate::store::memory::MemoryStore;
 
 const DEADLINE: Duration = Duration::from_secs(15);

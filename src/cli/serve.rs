@@ -9,10 +9,10 @@ use std::sync::Arc;
 use clap::Args;
 
 use crate::config::watch::WatchOptions;
-use crate::health::{self, Health};
 use crate::limiter::{Limiter, LimiterOptions};
 use crate::metrics::Metrics;
-use crate::reload::{self, ReloadStatus, Reloader, Trigger};
+use crate::server::health::{self, Health};
+use crate::server::reload::{self, ReloadStatus, Reloader, Trigger};
 use crate::server::{self, Listeners, ServeOptions};
 use crate::settings::{ServeFlags, ServeSettings};
 use crate::store::stack;

@@ -10,7 +10,7 @@ use clap::Args;
 
 use crate::algorithm::Algorithm;
 use crate::config::Unit;
-use crate::config::limit::parse_duration;
+use crate::config::diagnostics::parse_duration;
 use crate::simulate::patterns::{self, NAMES};
 use crate::simulate::{Pattern, Setup, SimulateError, Simulation, svg, table};
 

@@ -1,237 +1,165 @@
-//! Validation of one `rate_limit` mapping (in `rate_limit:` or an entry of
-//! `rate_limits:`) into a [`Limit`]: envoyproxy/ratelimit's rules for unit, unlimited
-//! and replaces, plus tollgate's algorithm, unit_multiplier, burst and leaky_bucket.
+//! The compiled, immutable form of one `rate_limit`: its [`Unit`] and window, its
+//! algorithm and parameters. The YAML parser that builds it is `compile/limit.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_saphyr::Spanned;
+use crate::algorithm::{Algorithm, Params};
+use crate::proto::rate_limit_response::rate_limit::Unit as ProtoUnit;
 
-use super::compile::key_line;
-use super::rule::{Limit, Unit};
-use super::schema::RateLimitYaml;
-use crate::algorithm::{Algorithm, sliding_log};
-
-/// One validated mapping.
-pub struct Parsed {
-    /// `None` for `unlimited: true`.
-    pub limit: Option<Limit>,
-    /// Names from `replaces`, each with its line (for the self-replacement check).
-    pub replaces: Vec<(Arc<str>, u64)>,
+/// A limit's time unit. Windows are whole multiples of the unit's length in seconds,
+/// aligned to the Unix epoch, with the lengths envoyproxy/ratelimit uses (a month is
+/// 30 days, a year 365 days) so counters roll over at the same instants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
 }
 
-/// Reports an error at a line; the caller adds the file.
-pub type Report<'a> = &'a mut dyn FnMut(u64, String);
+impl Unit {
+    /// Every unit with its YAML spelling, for parsing and for error messages.
+    pub const ALL: [(Unit, &'static str); 7] = [
+        (Unit::Second, "second"),
+        (Unit::Minute, "minute"),
+        (Unit::Hour, "hour"),
+        (Unit::Day, "day"),
+        (Unit::Week, "week"),
+        (Unit::Month, "month"),
+        (Unit::Year, "year"),
+    ];
 
-/// `field` names the mapping in messages (`rate_limit` or `rate_limits[2]`).
-pub fn parse(
-    source: &str,
-    what: &str,
-    field: &str,
-    spanned: Spanned<RateLimitYaml>,
-    report: Report<'_>,
-) -> Option<Parsed> {
-    let line = spanned.referenced.line();
-    let rl = spanned.value;
-    let mut ok = true;
-    let name = rl
-        .name
-        .as_ref()
-        .map(|n| n.value.clone())
-        .filter(|n| !n.is_empty())
-        .map(Arc::from);
-
-    let mut replaces = Vec::new();
-    for r in rl.replaces.unwrap_or_default() {
-        match r.value.name.filter(|n| !n.is_empty()) {
-            Some(replaced) => replaces.push((Arc::from(replaced), r.referenced.line())),
-            None => {
-                report(
-                    r.referenced.line(),
-                    format!("{what}: {field}.replaces: should not have an empty replaces entry"),
-                );
-                ok = false;
-            }
-        }
+    /// Parses the YAML spelling; envoyproxy/ratelimit compares case-insensitively.
+    pub fn parse(s: &str) -> Option<Unit> {
+        Self::ALL
+            .iter()
+            .find(|(_, name)| name.eq_ignore_ascii_case(s))
+            .map(|(unit, _)| *unit)
     }
 
-    if rl.unlimited.unwrap_or(false) {
-        if let Some(unit) = &rl.unit {
-            report(
-                unit.referenced.line(),
-                format!("{what}: {field}.unit: should not specify rate limit unit when unlimited"),
-            );
-            ok = false;
-        }
-        return ok.then_some(Parsed {
-            limit: None,
-            replaces,
-        });
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(unit, _)| *unit == self)
+            .map(|(_, name)| *name)
+            .unwrap_or("unknown")
     }
 
-    let (unit_text, unit_line) = match &rl.unit {
-        Some(u) => (u.value.as_str(), u.referenced.line()),
-        // A block mapping's span starts at its first key; the mistake is the line
-        // that opens it.
-        None => (
-            "",
-            key_line(source, line, field.split('[').next().unwrap_or(field)),
-        ),
-    };
-    let Some(unit) = Unit::parse(unit_text) else {
-        let expected: Vec<&str> = Unit::ALL.iter().map(|(_, n)| *n).collect();
-        report(
-            unit_line,
-            format!(
-                "{what}: {field}.unit: invalid rate limit unit '{unit_text}' (expected one of {})",
-                expected.join(", ")
-            ),
-        );
-        return None;
-    };
-    let mut limit = Limit::fixed(rl.requests_per_unit.as_ref().map_or(0, |r| r.value), unit);
-    limit.name = name;
+    pub fn seconds(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        }
+    }
 
-    if let Some(a) = &rl.algorithm {
-        match Algorithm::parse(&a.value) {
-            Some(algorithm) => limit.algorithm = algorithm,
-            None => {
-                let expected: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-                report(
-                    a.referenced.line(),
-                    format!(
-                        "{what}: {field}.algorithm: unknown algorithm '{}' (expected one of {})",
-                        a.value,
-                        expected.join(", ")
-                    ),
-                );
-                return None;
-            }
+    pub fn to_proto(self) -> ProtoUnit {
+        match self {
+            Unit::Second => ProtoUnit::Second,
+            Unit::Minute => ProtoUnit::Minute,
+            Unit::Hour => ProtoUnit::Hour,
+            Unit::Day => ProtoUnit::Day,
+            Unit::Week => ProtoUnit::Week,
+            Unit::Month => ProtoUnit::Month,
+            Unit::Year => ProtoUnit::Year,
         }
     }
-    let algorithm = limit.algorithm;
-    if let Some(m) = &rl.unit_multiplier {
-        if m.value == 0 {
-            report(
-                m.referenced.line(),
-                format!("{what}: {field}.unit_multiplier: must be at least 1"),
-            );
-            ok = false;
-        }
-        limit.unit_multiplier = m.value.max(1);
-    }
-    if let Some(b) = &rl.burst {
-        if !algorithm.uses_burst() {
-            report(
-                b.referenced.line(),
-                format!(
-                    "{what}: {field}.burst: only token_bucket, gcra and leaky_bucket have a burst, not {}",
-                    algorithm.name()
-                ),
-            );
-            ok = false;
-        } else if b.value == 0 {
-            report(
-                b.referenced.line(),
-                format!("{what}: {field}.burst: must be at least 1"),
-            );
-            ok = false;
-        }
-        limit.burst = Some(b.value);
-    }
-    if let Some(lb) = &rl.leaky_bucket {
-        if algorithm != Algorithm::LeakyBucket {
-            report(
-                key_line(source, lb.referenced.line(), "leaky_bucket"),
-                format!(
-                    "{what}: {field}.leaky_bucket: options given for algorithm {}",
-                    algorithm.name()
-                ),
-            );
-            ok = false;
-        }
-        if let Some(d) = &lb.value.max_delay {
-            match parse_duration(&d.value) {
-                Some(delay) => limit.max_delay = Some(delay),
-                None => {
-                    report(
-                        d.referenced.line(),
-                        format!(
-                            "{what}: {field}.leaky_bucket.max_delay: '{}' is not a duration (like 250ms, 2s, 1m)",
-                            d.value
-                        ),
-                    );
-                    ok = false;
-                }
-            }
+
+    /// Converts the wire enum (`RateLimitUnit` and `RateLimit.Unit` share numbers);
+    /// `None` for UNKNOWN or a number this build does not know.
+    pub fn from_proto(value: i32) -> Option<Unit> {
+        match ProtoUnit::try_from(value).ok()? {
+            ProtoUnit::Unknown => None,
+            ProtoUnit::Second => Some(Unit::Second),
+            ProtoUnit::Minute => Some(Unit::Minute),
+            ProtoUnit::Hour => Some(Unit::Hour),
+            ProtoUnit::Day => Some(Unit::Day),
+            ProtoUnit::Week => Some(Unit::Week),
+            ProtoUnit::Month => Some(Unit::Month),
+            ProtoUnit::Year => Some(Unit::Year),
         }
     }
-    let rpu_line = rl
-        .requests_per_unit
-        .as_ref()
-        .map_or(unit_line, |r| r.referenced.line());
-    if algorithm != Algorithm::FixedWindow && limit.requests_per_unit == 0 {
-        // A rate of zero has no emission interval; a fixed window of 0 denies all.
-        report(
-            rpu_line,
-            format!(
-                "{what}: {field}.requests_per_unit: {} needs at least 1",
-                algorithm.name()
-            ),
-        );
-        ok = false;
-    }
-    if algorithm == Algorithm::SlidingLog
-        && u64::from(limit.requests_per_unit) > sliding_log::MAX_LIMIT
-    {
-        report(
-            rpu_line,
-            format!(
-                "{what}: {field}.requests_per_unit: sliding_log keeps one entry per hit, so it is limited to {} per window (got {}); use sliding_window for larger limits",
-                sliding_log::MAX_LIMIT,
-                limit.requests_per_unit
-            ),
-        );
-        ok = false;
-    }
-    ok.then_some(Parsed {
-        limit: Some(limit),
-        replaces,
-    })
 }
 
-/// `250ms`, `2s`, `1.5s`, `1m`, `1h`; a bare number is seconds.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().ok()?;
-    let seconds = match unit.trim() {
-        "ms" => value / 1000.0,
-        "" | "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return None,
-    };
-    Duration::try_from_secs_f64(seconds).ok()
+/// A finite limit: at most `requests_per_unit` hits per `unit` x `unit_multiplier`,
+/// counted by `algorithm`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+    /// tollgate extension: the window is `unit` x this (5 minutes, 2 hours).
+    pub unit_multiplier: u32,
+    pub algorithm: Algorithm,
+    /// Bucket capacity, GCRA burst or leaky-bucket queue length; `None`: the limit.
+    pub burst: Option<u32>,
+    /// Leaky bucket: the longest an admitted request may be held for its turn.
+    pub max_delay: Option<Duration>,
+    /// Reported in `current_limit.name`; what `replaces` refers to.
+    pub name: Option<Arc<str>>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-    use std::time::Duration;
+impl Limit {
+    /// envoyproxy/ratelimit's kind of limit: a fixed window of one unit.
+    pub fn fixed(requests_per_unit: u32, unit: Unit) -> Self {
+        Limit {
+            requests_per_unit,
+            unit,
+            unit_multiplier: 1,
+            algorithm: Algorithm::FixedWindow,
+            burst: None,
+            max_delay: None,
+            name: None,
+        }
+    }
 
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2s"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));
-        assert_eq!(parse_duration("3"), Some(Duration::from_secs(3)));
-        assert_eq!(parse_duration("soon"), None);
-        assert_eq!(parse_duration("5 parsecs"), None);
-        assert_eq!(parse_duration(""), None);
+    pub fn window_secs(&self) -> u64 {
+        self.unit
+            .seconds()
+            .saturating_mul(u64::from(self.unit_multiplier.max(1)))
+    }
+
+    /// The arithmetic the algorithms and scripts need.
+    pub fn params(&self) -> Params {
+        Params {
+            algorithm: self.algorithm,
+            limit: u64::from(self.requests_per_unit),
+            window_ms: self.window_secs().saturating_mul(1000),
+            burst: u64::from(self.burst.unwrap_or(self.requests_per_unit)),
+            max_delay_ms: self
+                .max_delay
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+}
+
+impl std::fmt::Display for Limit {
+    /// `10/minute`, `100/5 minute sliding_window`, `5/second token_bucket burst=20`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/", self.requests_per_unit)?;
+        if self.unit_multiplier > 1 {
+            write!(f, "{} ", self.unit_multiplier)?;
+        }
+        write!(f, "{}", self.unit.name())?;
+        if self.algorithm != Algorithm::FixedWindow {
+            write!(f, " {}", self.algorithm.name())?;
+        }
+        if let Some(burst) = self.burst {
+            write!(f, " burst={burst}")?;
+        }
+        if let Some(delay) = self.max_delay {
+            write!(f, " max_delay={delay:?}")?;
+        }
+        if let Some(name) = &self.name {
+            write!(f, " name={name}")?;
+        }
+        Ok(())
     }
 }

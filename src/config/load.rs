@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::compile::compile_domain;
-use super::error::{ConfigError, ConfigErrors};
+use super::diagnostics::{ConfigError, ConfigErrors};
 use super::schema::DomainYaml;
 use super::{Config, Domain};
 

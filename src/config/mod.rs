@@ -1,14 +1,16 @@
 //! Configuration: the YAML schema ([`schema`]), validation into an immutable compiled
-//! form ([`compile`], [`tree`], [`rule`]), and loading a file or directory ([`load`]).
+//! form ([`compile`] builds [`tree`], [`rule`], [`limit`]; every error through
+//! [`diagnostics`]), loading a file or directory ([`load`]), and the [`matcher`] that
+//! finds a request descriptor's rule in the compiled tree.
 //! The server holds a [`Config`] behind an atomic pointer and swaps whole sets;
-//! [`watch`] reports changes on disk (the reload itself is `crate::reload`).
+//! [`watch`] reports changes on disk (the reload itself is `crate::server::reload`).
 
 pub mod compile;
-pub mod error;
+pub mod diagnostics;
 pub mod glob;
 pub mod limit;
 pub mod load;
-pub mod response;
+pub mod matcher;
 pub mod rule;
 pub mod schema;
 pub mod tree;
@@ -17,9 +19,10 @@ pub mod watch;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use error::{ConfigError, ConfigErrors};
+pub use diagnostics::{ConfigError, ConfigErrors};
+pub use limit::{Limit, Unit};
 pub use load::{load_path, load_sources};
-pub use rule::{Limit, Rule, RuleKind, Tarpit, Unit};
+pub use rule::{Rule, RuleKind, Tarpit};
 pub use tree::{Domain, FailureMode, RawBody};
 
 /// A validated config set: every domain by name.

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use crate::config::matcher;
 use crate::config::{Domain, Limit, Rule, RuleKind, Unit};
 use crate::error::Error;
-use crate::matcher;
 use crate::proto::RateLimitDescriptor;
 use crate::store::CounterKey;
 

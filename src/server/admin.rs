@@ -2,7 +2,7 @@
 //! (200 "OK" only when [`Health`] says SERVING, else 500 with the reason), the
 //! `POST /json` check endpoint, which takes and returns the gRPC messages in
 //! protobuf's canonical JSON (camelCase names, enum names, durations as `"42s"`), and
-//! the config views `GET /rlconfig` and `GET /config.json` ([`crate::admin`]), and
+//! the config views `GET /rlconfig` and `GET /config.json` ([`crate::server::config_view`]), and
 //! `GET /metrics` (Prometheus text format, [`crate::metrics`]).
 
 use std::sync::{Arc, LazyLock};
@@ -18,12 +18,12 @@ use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, Serialize
 use tracing::Instrument;
 
 use crate::error::Error;
-use crate::health::Health;
 use crate::limiter::Limiter;
 use crate::proto::{
     FILE_DESCRIPTOR_SET, RateLimitRequest, RateLimitResponse, rate_limit_response::Code,
 };
-use crate::reload::ReloadStatus;
+use crate::server::health::Health;
+use crate::server::reload::ReloadStatus;
 use crate::telemetry::propagation::{self, HeaderExtractor};
 
 /// What the HTTP handlers read.
@@ -68,12 +68,13 @@ async fn healthcheck(State(state): State<AdminState>) -> Response {
 }
 
 async fn rlconfig(State(state): State<AdminState>) -> Response {
-    let text = crate::admin::rlconfig(&state.limiter.config());
+    let text = crate::server::config_view::rlconfig(&state.limiter.config());
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
 }
 
 async fn config_json(State(state): State<AdminState>) -> Response {
-    let document = crate::admin::config_json(&state.limiter.config(), &state.reload.snapshot());
+    let document =
+        crate::server::config_view::config_json(&state.limiter.config(), &state.reload.snapshot());
     match serde_json::to_vec_pretty(&document) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),

@@ -10,6 +10,11 @@
 //! With [`ServeOptions::tls`] the gRPC port speaks TLS (mTLS with a client CA); see
 //! [`tls`]. The HTTP admin port stays plain.
 
+pub mod admin;
+pub mod config_view;
+pub mod grpc;
+pub mod health;
+pub mod reload;
 pub mod tls;
 
 use std::future::Future;
@@ -25,12 +30,12 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::error::Error;
-use crate::health::{Health, HealthState};
-use crate::http::AdminState;
 use crate::limiter::Limiter;
 use crate::proto::FILE_DESCRIPTOR_SET;
-use crate::reload::ReloadStatus;
-use crate::service::RateLimitGrpc;
+use crate::server::admin::AdminState;
+use crate::server::grpc::RateLimitGrpc;
+use crate::server::health::{Health, HealthState};
+use crate::server::reload::ReloadStatus;
 
 /// What the server needs besides the limiter.
 #[derive(Clone, Default)]
@@ -183,8 +188,8 @@ where
         health: options.health,
         reload: options.reload,
     };
-    let http =
-        axum::serve(listeners.http, crate::http::router(admin)).with_graceful_shutdown(stopped());
+    let http = axum::serve(listeners.http, crate::server::admin::router(admin))
+        .with_graceful_shutdown(stopped());
 
     tracing::info!(grpc = %grpc_addr, http = %http_addr, grpc_tls, "tollgate serving");
     let (grpc_result, http_result) = tokio::join!(grpc, http);

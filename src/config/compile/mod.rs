@@ -1,16 +1,17 @@
 //! Validation of one parsed file into a [`Domain`]: every rule of envoyproxy/ratelimit's
 //! loader, each error naming the file, the line and the descriptor it concerns.
 
+mod limit;
+mod response;
+
 use std::collections::hash_map::Entry;
 use std::path::Path;
 use std::sync::Arc;
 
 use serde_saphyr::Spanned;
 
-use super::error::ConfigError;
+use super::diagnostics::{ConfigError, key_line};
 use super::glob::Glob;
-use super::limit;
-use super::response;
 use super::rule::{Rule, RuleKind, Tarpit};
 use super::schema::{DescriptorYaml, DomainYaml};
 use super::tree::{Branch, Domain, FailureMode, Level, Node};
@@ -326,20 +327,6 @@ impl Compiler<'_> {
         self.rules.push(rule.clone());
         ok.then_some(rule)
     }
-}
-
-/// The line at or above `from` where `key:` is written: where a mapping that starts
-/// at `from` was opened.
-pub fn key_line(source: &str, from: u64, key: &str) -> u64 {
-    let lines: Vec<&str> = source.lines().collect();
-    let from = usize::try_from(from).unwrap_or(usize::MAX).min(lines.len());
-    (1..=from)
-        .rev()
-        .find(|&n| {
-            let line = lines[n - 1].trim_start().trim_start_matches("- ");
-            line.starts_with(key) && line[key.len()..].trim_start().starts_with(':')
-        })
-        .map_or(from as u64, |n| n as u64)
 }
 
 /// Descriptor-level settings that end up on the rule.

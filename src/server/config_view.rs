@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::algorithm::Algorithm;
 use crate::config::{Config, Limit, Rule, RuleKind};
-use crate::reload::ReloadState;
+use crate::server::reload::ReloadState;
 
 /// The `/rlconfig` text.
 pub fn rlconfig(config: &Config) -> String {

@@ -5,11 +5,10 @@ use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
-use super::compile::key_line;
-use super::limit::{Report, parse_duration};
-use super::rule::Tarpit;
-use super::schema::{RawBodyYaml, TarpitYaml};
-use super::tree::RawBody;
+use crate::config::diagnostics::{Report, key_line, parse_duration};
+use crate::config::rule::Tarpit;
+use crate::config::schema::{RawBodyYaml, TarpitYaml};
+use crate::config::tree::RawBody;
 
 /// The longest tarpit delay: Envoy's ratelimit `timeout` must exceed it, and holding
 /// a connection longer than this only costs memory on both sides.
