@@ -5,32 +5,13 @@
 use super::parse_bool;
 use crate::error::Error;
 use crate::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+use crate::telemetry::{OtlpProtocol, TracingSettings};
 
 pub const DEFAULT_SERVICE_NAME: &str = "tollgate";
 const GRPC_ENDPOINT: &str = "http://localhost:4317";
 const HTTP_ENDPOINT: &str = "http://localhost:4318";
 /// Appended to `OTEL_EXPORTER_OTLP_ENDPOINT` for http/protobuf, as the spec says.
 const HTTP_TRACES_PATH: &str = "/v1/traces";
-
-/// The OTLP transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OtlpProtocol {
-    Grpc,
-    HttpProtobuf,
-}
-
-/// Where and how spans are exported.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TracingSettings {
-    pub protocol: OtlpProtocol,
-    /// For http/protobuf, the full URL of the traces path.
-    pub endpoint: String,
-    pub service_name: String,
-    pub service_namespace: Option<String>,
-    pub service_instance_id: Option<String>,
-    /// Share of new traces sampled, 0 to 1; a sampled parent is always followed.
-    pub sampling_rate: f64,
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observability {
@@ -43,7 +24,6 @@ pub struct Observability {
 
 // The ratios are checked to be finite when resolved, so equality is total.
 impl Eq for Observability {}
-impl Eq for TracingSettings {}
 
 impl Default for Observability {
     fn default() -> Self {

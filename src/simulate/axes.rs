@@ -3,7 +3,6 @@
 
 use std::fmt::Write;
 
-use super::svg::escape;
 use super::{Simulation, format_span};
 
 pub(super) const WIDTH: f64 = 1000.0;
@@ -164,4 +163,12 @@ pub(super) fn axes(svg: &mut String, frame: &Frame, sim: &Simulation, y_step: f6
         (Y0 + Y1) / 2.0,
         format_span(window)
     );
+}
+
+/// Escapes text for an SVG text node or attribute.
+pub fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }

@@ -8,7 +8,7 @@
 
 use std::fmt::Write;
 
-use super::axes::{self, Frame, HEIGHT, WIDTH, X0, X1, Y0, Y1, nice_step};
+use super::axes::{self, Frame, HEIGHT, WIDTH, X0, X1, Y0, Y1, escape, nice_step};
 use super::series::trailing_steps;
 use super::{Simulation, format_span, format_wait};
 use crate::algorithm::Algorithm;
@@ -29,14 +29,6 @@ pub fn color(algorithm: Algorithm) -> &'static str {
         Algorithm::Gcra => "#CC79A7",
         Algorithm::LeakyBucket => "#6A3D9A",
     }
-}
-
-/// Escapes text for an SVG text node or attribute.
-pub fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// The whole chart of a simulation, as an SVG document.

@@ -15,8 +15,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-pub use self::otlp::TelemetryError;
-use crate::settings::observability::TracingSettings;
+pub use self::otlp::{OtlpProtocol, TelemetryError, TracingSettings};
 
 /// The target of the spans that become OpenTelemetry spans (request, match, backend).
 pub const SPAN_TARGET: &str = "tollgate::span";

@@ -9,7 +9,28 @@ use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 
-use crate::settings::observability::{OtlpProtocol, TracingSettings};
+/// The OTLP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    Grpc,
+    HttpProtobuf,
+}
+
+/// Where and how spans are exported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingSettings {
+    pub protocol: OtlpProtocol,
+    /// For http/protobuf, the full URL of the traces path.
+    pub endpoint: String,
+    pub service_name: String,
+    pub service_namespace: Option<String>,
+    pub service_instance_id: Option<String>,
+    /// Share of new traces sampled, 0 to 1; a sampled parent is always followed.
+    pub sampling_rate: f64,
+}
+
+// The sampling rate is checked to be finite when resolved, so equality is total.
+impl Eq for TracingSettings {}
 
 /// Why span export could not be set up.
 #[derive(Debug, thiserror::Error)]
