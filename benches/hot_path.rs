@@ -79,10 +79,11 @@ fn counter_ops(config: &Config, request: &RateLimitRequest) -> Vec<CounterOp> {
         .enumerate()
         .flat_map(
             |(i, d)| match plan::resolve(domain, i, d).expect("resolves") {
-                plan::Resolved::Limited {
+                plan::Plan::Limited {
                     limits,
                     rule,
                     shared,
+                    ..
                 } => limits
                     .as_slice()
                     .iter()
@@ -122,10 +123,11 @@ fn key_encoding(c: &mut Criterion) {
         let domain = config.domain("bench").expect("domain bench");
         let d = descriptor(&[("key", "v12345")]);
         let found = plan::resolve(domain, 0, &d).expect("resolves");
-        let plan::Resolved::Limited {
+        let plan::Plan::Limited {
             limits,
             rule,
             shared,
+            ..
         } = found
         else {
             panic!("key=v12345 is limited");

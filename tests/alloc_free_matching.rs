@@ -12,7 +12,7 @@ use std::cell::Cell;
 use std::path::Path;
 
 use tollgate::config::matcher;
-use tollgate::limiter::plan::{self, Resolved};
+use tollgate::limiter::plan::{self, Plan};
 use tollgate::proto::RateLimitDescriptor;
 use tollgate::proto::rate_limit_descriptor::Entry;
 
@@ -165,7 +165,7 @@ fn resolving_a_configured_descriptor_allocates_nothing() {
     let (limited, n) = allocations(|| {
         let mut limited = 0;
         for (i, d) in descriptors.iter().enumerate() {
-            if let Ok(Resolved::Limited { .. }) = plan::resolve(domain, i, d) {
+            if let Ok(Plan::Limited { .. }) = plan::resolve(domain, i, d) {
                 limited += 1;
             }
         }

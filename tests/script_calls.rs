@@ -213,10 +213,11 @@ fn slot_groups(config: &Config, prefix: &str, request: &RateLimitRequest) -> usi
     let domain = config.domain(&request.domain).expect("known domain");
     let mut slots = HashSet::new();
     for (i, d) in request.descriptors.iter().enumerate() {
-        if let plan::Resolved::Limited {
+        if let plan::Plan::Limited {
             limits,
             rule,
             shared,
+            ..
         } = plan::resolve(domain, i, d).expect("resolves")
         {
             for limit in limits.as_slice() {

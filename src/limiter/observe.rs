@@ -2,15 +2,12 @@
 //! result, descriptors per request), each descriptor's outcome on its rule
 //! (`tollgate_rule_*_total`, see [`RuleOutcome`]), and the `match` trace span.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 use tracing::field::Empty;
 
-use super::plan::Resolved;
-use super::{Limiter, Plan};
+use super::plan::{Plan, RequestPlan, rule_name};
 use crate::algorithm::Decision;
-use crate::config::FailureMode;
 use crate::error::Error;
 use crate::metrics::{Metrics, RequestResult, RuleLabels, RuleOutcome};
 use crate::proto::rate_limit_response::Code;
@@ -18,78 +15,62 @@ use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::CounterOp;
 use crate::telemetry::SPAN_TARGET;
 
-impl Limiter {
-    /// Decides one `ShouldRateLimit` request (gRPC and `/json` alike), and records it.
-    pub async fn should_rate_limit(
-        &self,
-        request: &RateLimitRequest,
-    ) -> Result<RateLimitResponse, Error> {
-        let start = Instant::now();
-        let result = self.decide(request).await;
-        let outcome = match &result {
-            Ok(response) if response.overall_code == Code::OverLimit as i32 => {
-                RequestResult::OverLimit
-            }
-            Ok(_) => RequestResult::Ok,
-            Err(error) => RequestResult::Error(error.metric_kind()),
+/// One request's latency, size and result (OK, OVER_LIMIT, or the error's kind).
+pub(super) fn request(
+    metrics: &Metrics,
+    elapsed: Duration,
+    request: &RateLimitRequest,
+    result: &Result<RateLimitResponse, Error>,
+) {
+    let outcome = match result {
+        Ok(response) if response.overall_code == Code::OverLimit as i32 => RequestResult::OverLimit,
+        Ok(_) => RequestResult::Ok,
+        Err(error) => RequestResult::Error(error.metric_kind()),
+    };
+    metrics.request(elapsed, request.descriptors.len(), outcome);
+}
+
+/// Each limited descriptor's outcome, counted on its rule. `local`: indices of the
+/// operations the over-limit cache answered.
+pub(super) fn count_rules(
+    metrics: &Metrics,
+    plan: &RequestPlan<'_>,
+    decisions: &[Decision],
+    local: &[usize],
+    global_shadow: bool,
+) {
+    let ratio = metrics.near_limit_ratio();
+    for descriptor in &plan.descriptors {
+        let Plan::Limited {
+            rule, ops: range, ..
+        } = descriptor
+        else {
+            continue;
         };
-        self.metrics
-            .request(start.elapsed(), request.descriptors.len(), outcome);
-        result
-    }
-
-    /// The metrics this limiter records into (what `GET /metrics` serves).
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
-    /// Fallback decisions taken so far, per failure mode.
-    pub fn fallback_counts(&self) -> Vec<(FailureMode, u64)> {
-        self.fallback.counts()
-    }
-
-    /// Each limited descriptor's outcome, counted on its rule. `local`: indices of the
-    /// operations the over-limit cache answered.
-    pub(super) fn count_rules(
-        &self,
-        plans: &[Plan<'_>],
-        ops: &[CounterOp],
-        decisions: &[Decision],
-        local: &[usize],
-    ) {
-        let ratio = self.metrics.near_limit_ratio();
-        for plan in plans {
-            let Plan::Limited {
-                rule, ops: range, ..
-            } = plan
-            else {
-                continue;
-            };
-            let (Some(own_ops), Some(own)) = (ops.get(range.clone()), decisions.get(range.clone()))
-            else {
-                continue;
-            };
-            let Some(first) = own_ops.first() else {
-                continue;
-            };
-            let over_limit = own.iter().any(|d| !d.allowed);
-            let shadow = rule.is_some_and(|r| r.shadow_mode) || self.options.global_shadow_mode;
-            let outcome = RuleOutcome {
-                hits: first.cost,
-                over_limit,
-                near_limit: !over_limit
-                    && own_ops.iter().zip(own).any(|(op, d)| near(op, d, ratio)),
-                shadowed: over_limit && shadow,
-                from_local_cache: local.iter().any(|i| range.contains(i)),
-            };
-            let labels = RuleLabels {
-                domain: &first.key.domain,
-                rule: &first.key.rule,
-                entries: &first.key.entries,
-                detailed: rule.is_some_and(|r| r.detailed_metric),
-            };
-            self.metrics.rule(labels, &outcome);
-        }
+        let (Some(own_ops), Some(own)) =
+            (plan.ops.get(range.clone()), decisions.get(range.clone()))
+        else {
+            continue;
+        };
+        let Some(first) = own_ops.first() else {
+            continue;
+        };
+        let over_limit = own.iter().any(|d| !d.allowed);
+        let shadow = rule.is_some_and(|r| r.shadow_mode) || global_shadow;
+        let outcome = RuleOutcome {
+            hits: first.cost,
+            over_limit,
+            near_limit: !over_limit && own_ops.iter().zip(own).any(|(op, d)| near(op, d, ratio)),
+            shadowed: over_limit && shadow,
+            from_local_cache: local.iter().any(|i| range.contains(i)),
+        };
+        let labels = RuleLabels {
+            domain: &first.key.domain,
+            rule: &first.key.rule,
+            entries: &first.key.entries,
+            detailed: rule.is_some_and(|r| r.detailed_metric),
+        };
+        metrics.rule(labels, &outcome);
     }
 }
 
@@ -116,16 +97,16 @@ pub(super) fn match_span(request: &RateLimitRequest) -> tracing::Span {
 }
 
 /// Records the matched rules on the current (`match`) span, when it is recorded.
-pub(super) fn matched(resolved: &[Resolved<'_>]) {
+pub(super) fn matched(plans: &[Plan<'_>]) {
     let span = tracing::Span::current();
     if span.is_disabled() {
         return;
     }
-    let rules: Vec<&str> = resolved
+    let rules: Vec<&str> = plans
         .iter()
-        .filter_map(|r| match r {
-            Resolved::Limited { rule, .. } => Some(rule.map_or("(override)", |r| &*r.path)),
-            Resolved::Unlimited | Resolved::NoLimit => None,
+        .filter_map(|p| match p {
+            Plan::Limited { rule, .. } => Some(rule_name(*rule)),
+            Plan::Unlimited | Plan::NoLimit => None,
         })
         .collect();
     span.record("rules", rules.join(",").as_str());

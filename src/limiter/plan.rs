@@ -1,17 +1,24 @@
-//! From a request descriptor to what must be counted: the config rule the matcher
-//! finds, or Envoy's per-descriptor override; `replaces` applied across the request;
-//! and the counter each limit counts in.
+//! From a request to what must be counted: each descriptor resolved to its limits
+//! (the config rule the matcher finds, or Envoy's per-descriptor override), `replaces`
+//! applied across the request, and the batch of counter operations for the store.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::config::matcher;
 use crate::config::{Domain, Limit, Rule, RuleKind, Unit};
 use crate::error::Error;
-use crate::proto::RateLimitDescriptor;
-use crate::store::CounterKey;
+use crate::proto::{RateLimitDescriptor, RateLimitRequest};
+use crate::store::{CounterKey, CounterOp};
 
-/// Counter name used for limits that come from Envoy's per-descriptor override.
-const OVERRIDE_RULE: &str = "(override)";
+/// Rule name of limits that come from Envoy's per-descriptor override: their counter
+/// name, and what logs and spans show for them.
+pub const OVERRIDE_RULE: &str = "(override)";
+
+/// The name a limit's rule goes by in counters, logs and spans.
+pub fn rule_name(rule: Option<&Rule>) -> &str {
+    rule.map_or(OVERRIDE_RULE, |r| &r.path)
+}
 
 /// The limits of one descriptor: borrowed from the config, or Envoy's override.
 pub enum Limits<'a> {
@@ -28,17 +35,44 @@ impl Limits<'_> {
     }
 }
 
-/// What one request descriptor resolved to.
-pub enum Resolved<'a> {
+/// What one request descriptor asks of the store.
+pub enum Plan<'a> {
     /// Unknown domain, no matching rule, or a rule dropped by `replaces`.
     NoLimit,
     Unlimited,
     Limited {
         limits: Limits<'a>,
+        /// `None` for Envoy's override.
         rule: Option<&'a Rule>,
         /// Entries counted per wildcard rather than per value (`share_threshold`).
         shared: u64,
+        /// This descriptor's operations in [`RequestPlan::ops`], one per limit in
+        /// order; empty until [`build`] makes them.
+        ops: Range<usize>,
     },
+}
+
+/// The whole request's plan: one [`Plan`] per descriptor, in request order, and the
+/// counter operations the store decides as one batch.
+pub struct RequestPlan<'a> {
+    pub descriptors: Vec<Plan<'a>>,
+    pub ops: Vec<CounterOp>,
+}
+
+/// Every descriptor resolved (an unknown domain limits nothing), `replaces` applied.
+pub fn resolve_all<'a>(
+    domain: Option<&'a Domain>,
+    request: &RateLimitRequest,
+) -> Result<Vec<Plan<'a>>, Error> {
+    let mut plans = Vec::with_capacity(request.descriptors.len());
+    for (index, descriptor) in request.descriptors.iter().enumerate() {
+        plans.push(match domain {
+            Some(domain) => resolve(domain, index, descriptor)?,
+            None => Plan::NoLimit,
+        });
+    }
+    apply_replaces(&mut plans);
+    Ok(plans)
 }
 
 /// Envoy's per-descriptor `limit` wins over the config (the domain must still be
@@ -47,7 +81,7 @@ pub fn resolve<'a>(
     domain: &'a Domain,
     index: usize,
     descriptor: &RateLimitDescriptor,
-) -> Result<Resolved<'a>, Error> {
+) -> Result<Plan<'a>, Error> {
     if let Some(limit) = &descriptor.limit {
         let unit = Unit::from_proto(limit.unit).ok_or_else(|| {
             Error::InvalidRequest(format!(
@@ -55,10 +89,11 @@ pub fn resolve<'a>(
                 limit.unit
             ))
         })?;
-        return Ok(Resolved::Limited {
+        return Ok(Plan::Limited {
             limits: Limits::Override(Limit::fixed(limit.requests_per_unit, unit)),
             rule: None,
             shared: 0,
+            ops: 0..0,
         });
     }
     let entries = descriptor
@@ -66,13 +101,14 @@ pub fn resolve<'a>(
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()));
     Ok(match matcher::find(domain, entries) {
-        None => Resolved::NoLimit,
+        None => Plan::NoLimit,
         Some(m) => match &m.rule.kind {
-            RuleKind::Unlimited => Resolved::Unlimited,
-            RuleKind::Limited(limits) => Resolved::Limited {
+            RuleKind::Unlimited => Plan::Unlimited,
+            RuleKind::Limited(limits) => Plan::Limited {
                 limits: Limits::Config(limits),
                 rule: Some(m.rule),
                 shared: m.shared,
+                ops: 0..0,
             },
         },
     })
@@ -81,11 +117,11 @@ pub fn resolve<'a>(
 /// `replaces`: a named limit is dropped when another matched limit in the same
 /// request names it. The dropped descriptor is then answered like an unmatched one,
 /// before any counter is touched, so it is neither counted nor able to deny.
-pub fn apply_replaces(resolved: &mut [Resolved<'_>]) {
-    let replaced: Vec<&str> = resolved
+pub fn apply_replaces(plans: &mut [Plan<'_>]) {
+    let replaced: Vec<&str> = plans
         .iter()
-        .filter_map(|r| match r {
-            Resolved::Limited {
+        .filter_map(|p| match p {
+            Plan::Limited {
                 rule: Some(rule), ..
             } => Some(rule.replaces.iter().map(|r| &**r)),
             _ => None,
@@ -95,15 +131,57 @@ pub fn apply_replaces(resolved: &mut [Resolved<'_>]) {
     if replaced.is_empty() {
         return;
     }
-    for r in resolved.iter_mut() {
-        if let Resolved::Limited {
+    for p in plans.iter_mut() {
+        if let Plan::Limited {
             rule: Some(rule), ..
-        } = r
+        } = p
             && rule.names().any(|name| replaced.contains(&name))
         {
-            *r = Resolved::NoLimit;
+            *p = Plan::NoLimit;
         }
     }
+}
+
+/// One counter operation per limit of every limited descriptor, in request order;
+/// each descriptor's plan learns where its operations are.
+pub fn build<'a>(
+    domain: Option<&Domain>,
+    request: &RateLimitRequest,
+    mut descriptors: Vec<Plan<'a>>,
+    global_shadow: bool,
+) -> RequestPlan<'a> {
+    // Envoy sends 0 when the route sets no hits_addend: that means one hit. A
+    // descriptor's own hits_addend wins, and its 0 means "check only".
+    let default_cost = u64::from(request.hits_addend.max(1));
+    let mut ops = Vec::new();
+    for (descriptor, plan) in request.descriptors.iter().zip(&mut descriptors) {
+        let Plan::Limited {
+            limits,
+            rule,
+            shared,
+            ops: range,
+        } = plan
+        else {
+            continue;
+        };
+        let domain_name = domain
+            .map(|d| &d.name)
+            .expect("limits come only from a known domain");
+        let cost = descriptor.hits_addend.unwrap_or(default_cost);
+        // A shadow-mode counter counts but cannot veto the batch.
+        let shadow = rule.is_some_and(|r| r.shadow_mode) || global_shadow;
+        let first = ops.len();
+        for limit in limits.as_slice() {
+            ops.push(CounterOp {
+                key: counter_key(domain_name, *rule, descriptor, *shared, limit),
+                params: limit.params(),
+                cost,
+                vetoes: !shadow,
+            });
+        }
+        *range = first..ops.len();
+    }
+    RequestPlan { descriptors, ops }
 }
 
 pub fn counter_key(
@@ -120,7 +198,7 @@ pub fn counter_key(
         .map(|(i, e)| {
             // All values of a share_threshold wildcard count against one counter; the
             // rule path (which contains the pattern) keeps it apart from other nodes.
-            let value = if i < 64 && shared & (1 << i) != 0 {
+            let value = if i < matcher::MAX_SHARED_ENTRIES && shared & (1 << i) != 0 {
                 "*"
             } else {
                 e.value.as_str()

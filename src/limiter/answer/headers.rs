@@ -1,4 +1,4 @@
-//! What a decision tells the client beyond OK / OVER_LIMIT, in the response fields
+//! What an answer tells the client beyond OK / OVER_LIMIT, in the response fields
 //! Envoy applies: rate-limit headers (envoyproxy/ratelimit's `RateLimit-*` or the
 //! IETF `RateLimit` / `RateLimit-Policy` fields), `Retry-After` on denial (with
 //! optional full jitter, so rejected clients do not return in lockstep), the 429
