@@ -27,7 +27,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve ShouldRateLimit over gRPC, plus /healthcheck and /json over HTTP.
-    Serve(serve::ServeArgs),
+    Serve(crate::settings::ServeFlags),
     /// Validate a config file or directory; exit non-zero listing every error.
     Validate {
         /// A YAML file or a directory of them.
@@ -43,7 +43,15 @@ pub enum Command {
 
 pub async fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(flags) => match serve::run(flags).await {
+            Ok(()) => ExitCode::SUCCESS,
+            // A failure while serving was logged where it happened.
+            Err(e @ serve::ServeError::Serve(_)) => e.exit_code(),
+            Err(e) => {
+                eprintln!("tollgate: {e}");
+                e.exit_code()
+            }
+        },
         Command::Validate { path } => validate::run(&path),
         Command::Check(args) => check::run(args).await,
         Command::Simulate(args) => simulate::run(args),

@@ -6,133 +6,56 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Args;
-
 use crate::config::watch::WatchOptions;
+use crate::error::Error;
 use crate::limiter::{Limiter, LimiterOptions};
 use crate::metrics::Metrics;
 use crate::server::health::{self, Health};
-use crate::server::reload::{self, ReloadStatus, Reloader, Trigger};
+use crate::server::reload::{self, ReloadError, ReloadStatus, Reloader, Trigger};
 use crate::server::{self, Listeners, ServeOptions};
 use crate::settings::{ServeFlags, ServeSettings};
-use crate::store::stack;
-use crate::telemetry;
+use crate::store::{StoreError, stack};
+use crate::telemetry::{self, TelemetryError};
 
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// Config file or directory, watched for changes [default: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY, else config/]
-    #[arg(long)]
-    pub config: Option<std::path::PathBuf>,
-    /// gRPC listen address [default: $GRPC_HOST:$GRPC_PORT, else 0.0.0.0:8081]
-    #[arg(long)]
-    pub grpc_addr: Option<String>,
-    /// HTTP listen address for /healthcheck, /json, /rlconfig, /config.json, /metrics [default: $HOST:$PORT, else 0.0.0.0:8080]
-    #[arg(long)]
-    pub http_addr: Option<String>,
-    /// Answer OK overall even when over a limit (also $SHADOW_MODE)
-    #[arg(long)]
-    pub shadow_mode: bool,
-    /// Standalone Redis: redis://[user:pass@]host:port/db, rediss:// for TLS [default: $REDIS_URL]
-    #[arg(long)]
-    pub redis_url: Option<String>,
-    /// Redis Cluster seed nodes: host:port,host:port,... [default: $REDIS_URL with $REDIS_TYPE=cluster]
-    #[arg(long)]
-    pub redis_cluster: Option<String>,
-    /// Redis Sentinel: the master group's name, then the sentinels: name,host:port,... [default: $REDIS_URL with $REDIS_TYPE=sentinel]
-    #[arg(long, value_name = "NAME,HOST:PORT,...")]
-    pub redis_sentinel: Option<String>,
-    /// Budget in milliseconds for one request's Redis work; beyond it the domain's failure_mode answers
-    #[arg(long, value_name = "MS")]
-    pub redis_timeout_ms: Option<u64>,
-    /// Prefix of every Redis key [default: $CACHE_KEY_PREFIX]
-    #[arg(long)]
-    pub key_prefix: Option<String>,
-    /// After SIGTERM, keep answering (health NOT_SERVING) this long before closing the listeners
-    #[arg(long, value_name = "SECONDS", default_value_t = crate::settings::DEFAULT_DRAIN_SECONDS)]
-    pub drain_seconds: f64,
-    /// Do not watch the config for changes; reload only on SIGHUP
-    #[arg(long)]
-    pub no_watch: bool,
-    /// Whether an unreachable Redis makes health NOT_SERVING [default: $REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, else true]
-    #[arg(long, value_name = "BOOL")]
-    pub health_check_redis: Option<bool>,
-    /// Rate-limit headers on responses: none, ratelimit (RateLimit-Limit/-Remaining/-Reset) or ietf [default: ratelimit if $LIMIT_RESPONSE_HEADERS_ENABLED, else none]
-    #[arg(long, value_name = "STYLE")]
-    pub response_headers: Option<String>,
-    /// Add up to this many milliseconds at random to Retry-After, so denied clients do not return together
-    #[arg(long, value_name = "MS")]
-    pub retry_after_jitter_ms: Option<u64>,
-    /// Replicas sharing the limits; with failure_mode: local each admits 1/N [default: $TOLLGATE_REPLICAS, else 1]
-    #[arg(long)]
-    pub replicas: Option<u32>,
-    /// Memory for the local over-limit cache, in bytes; 0 turns it off [default: $LOCAL_CACHE_SIZE_IN_BYTES, else 16 MiB]
-    #[arg(long, value_name = "BYTES")]
-    pub local_cache_bytes: Option<u64>,
-    /// Consecutive Redis failures that open the circuit breaker [default: 5]
-    #[arg(long)]
-    pub breaker_failures: Option<u32>,
-    /// How long an open breaker fails fast before probing Redis again [default: 1000]
-    #[arg(long, value_name = "MS")]
-    pub breaker_open_ms: Option<u64>,
-    /// TLS on the gRPC port: certificate chain (PEM), reloaded when it changes [default: $GRPC_SERVER_TLS_CERT if $GRPC_SERVER_USE_TLS]
-    #[arg(long, value_name = "PEM")]
-    pub grpc_tls_cert: Option<std::path::PathBuf>,
-    /// TLS on the gRPC port: private key (PEM) [default: $GRPC_SERVER_TLS_KEY]
-    #[arg(long, value_name = "PEM")]
-    pub grpc_tls_key: Option<std::path::PathBuf>,
-    /// mTLS: clients must present a certificate signed by this CA (PEM) [default: $GRPC_CLIENT_TLS_CACERT]
-    #[arg(long, value_name = "PEM")]
-    pub grpc_tls_client_ca: Option<std::path::PathBuf>,
-    /// mTLS: a DNS name or IP the client certificate must be valid for [default: $GRPC_CLIENT_TLS_SAN]
-    #[arg(long, value_name = "NAME")]
-    pub grpc_tls_client_san: Option<String>,
+/// Why `serve` stopped: every start-up failure (exit code 2, before any port opens),
+/// or the server failing while it served (exit code 1).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A flag or variable that cannot be used.
+    #[error("{0}")]
+    Settings(Error),
+    #[error("cannot start: {0}")]
+    Telemetry(#[from] TelemetryError),
+    #[error("cannot start: {0}")]
+    Config(#[from] ReloadError),
+    #[error("cannot start: {0}")]
+    Tls(Error),
+    #[error("cannot start: {0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Bind(Error),
+    #[error("server failed: {0}")]
+    Serve(Error),
 }
 
-pub async fn run(args: ServeArgs) -> ExitCode {
+impl ServeError {
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            ServeError::Serve(_) => ExitCode::FAILURE,
+            _ => ExitCode::from(2),
+        }
+    }
+}
+
+/// Serves until SIGTERM or SIGINT.
+pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
     let env = |name: &str| std::env::var(name).ok();
     let level = env("LOG_LEVEL");
     let json = env("LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
-
-    let flags = ServeFlags {
-        config: args.config,
-        grpc_addr: args.grpc_addr,
-        http_addr: args.http_addr,
-        shadow_mode: args.shadow_mode,
-        redis_url: args.redis_url,
-        redis_cluster: args.redis_cluster,
-        redis_sentinel: args.redis_sentinel,
-        redis_timeout_ms: args.redis_timeout_ms,
-        key_prefix: args.key_prefix,
-        drain_seconds: Some(args.drain_seconds),
-        no_watch: args.no_watch,
-        health_check_redis: args.health_check_redis,
-        response_headers: args.response_headers,
-        retry_after_jitter_ms: args.retry_after_jitter_ms,
-        replicas: args.replicas,
-        local_cache_bytes: args.local_cache_bytes,
-        breaker_failures: args.breaker_failures,
-        breaker_open_ms: args.breaker_open_ms,
-        grpc_tls_cert: args.grpc_tls_cert,
-        grpc_tls_key: args.grpc_tls_key,
-        grpc_tls_client_ca: args.grpc_tls_client_ca,
-        grpc_tls_client_san: args.grpc_tls_client_san,
-    };
-    let settings = match ServeSettings::resolve(&flags, &env) {
-        Ok(settings) => settings,
-        Err(e) => {
-            eprintln!("tollgate: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let settings = ServeSettings::resolve(&flags, &env).map_err(ServeError::Settings)?;
     let observability = &settings.observability;
     let tracing_settings = observability.tracing.as_ref();
-    let telemetry = match telemetry::init_with_tracing(level.as_deref(), json, tracing_settings) {
-        Ok(telemetry) => telemetry,
-        Err(e) => {
-            eprintln!("tollgate: cannot start: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let telemetry = telemetry::init_with_tracing(level.as_deref(), json, tracing_settings)?;
     if let Some(t) = tracing_settings {
         tracing::info!(
             event = "tracing_enabled",
@@ -146,13 +69,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         observability.near_limit_ratio,
         observability.metrics,
     ));
-    let loaded = match reload::load_set(&settings.config) {
-        Ok(loaded) => loaded,
-        Err(error) => {
-            eprintln!("tollgate: cannot start: {error}");
-            return ExitCode::from(2);
-        }
-    };
+    let loaded = reload::load_set(&settings.config)?;
     tracing::info!(
         event = "config_loaded",
         path = %settings.config.display(),
@@ -176,32 +93,23 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         );
     }
     // Certificates are read before anything connects, so a bad file stops the start.
-    let tls = match settings.grpc_tls.clone().map(server::tls::ServerTls::load) {
-        None => None,
-        Some(Ok(tls)) => Some(tls),
-        Some(Err(e)) => {
-            eprintln!("tollgate: cannot start: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let tls = settings
+        .grpc_tls
+        .clone()
+        .map(server::tls::ServerTls::load)
+        .transpose()
+        .map_err(ServeError::Tls)?;
     let _tls_reload = tls
         .as_ref()
         .map(|tls| AbortOnDrop(tls.spawn_reload(server::tls::RELOAD_INTERVAL)));
     let protection = &settings.protection;
-    let store = match stack::build(
+    let store = stack::build(
         settings.redis.as_ref(),
         protection.breaker,
         protection.local_cache_bytes,
         Some(&metrics),
     )
-    .await
-    {
-        Ok(store) => store,
-        Err(e) => {
-            eprintln!("tollgate: cannot start: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    .await?;
     let limiter = Arc::new(Limiter::with_metrics(
         loaded.config,
         store.clone(),
@@ -230,13 +138,9 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     let health = Arc::new(Health::new(true));
     let _probe = (settings.redis.is_some() && settings.health_check_redis)
         .then(|| AbortOnDrop(health::spawn_probe(store.clone(), health.clone())));
-    let listeners = match Listeners::bind(settings.grpc_addr, settings.http_addr).await {
-        Ok(listeners) => listeners,
-        Err(e) => {
-            eprintln!("tollgate: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let listeners = Listeners::bind(settings.grpc_addr, settings.http_addr)
+        .await
+        .map_err(ServeError::Bind)?;
     let options = ServeOptions {
         health,
         reload: status,
@@ -245,13 +149,10 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     };
     let served = server::run_with(listeners, limiter, options, shutdown_signal()).await;
     telemetry.shutdown().await;
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "server failed");
-            ExitCode::FAILURE
-        }
-    }
+    served.map_err(|e| {
+        tracing::error!(error = %e, "server failed");
+        ServeError::Serve(e)
+    })
 }
 
 /// A background task stopped when its owner goes.

@@ -4,6 +4,7 @@
 //! the tests are in `tests.rs`.
 
 pub mod compat;
+mod flags;
 pub mod observability;
 pub mod protection;
 mod redis;
@@ -15,6 +16,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use self::flags::ServeFlags;
 use crate::error::Error;
 use crate::store::redis::connect::RedisOptions;
 
@@ -41,45 +43,6 @@ pub const DEFAULT_DRAIN_SECONDS: f64 = 5.0;
 pub const MAX_DRAIN_SECONDS: f64 = 3600.0;
 /// envoyproxy/ratelimit's `RUNTIME_APPDIRECTORY` default.
 pub const DEFAULT_APP_DIRECTORY: &str = "config";
-
-/// What `serve` was asked for on the command line (all optional).
-#[derive(Debug, Clone, Default)]
-pub struct ServeFlags {
-    pub config: Option<PathBuf>,
-    pub grpc_addr: Option<String>,
-    pub http_addr: Option<String>,
-    pub shadow_mode: bool,
-    /// `--redis-url`: a standalone server.
-    pub redis_url: Option<String>,
-    /// `--redis-cluster`: comma-separated seed nodes.
-    pub redis_cluster: Option<String>,
-    /// `--redis-sentinel`: `name,host:port,...` (the group, then the sentinels).
-    pub redis_sentinel: Option<String>,
-    pub redis_timeout_ms: Option<u64>,
-    pub key_prefix: Option<String>,
-    /// `--drain-seconds`.
-    pub drain_seconds: Option<f64>,
-    /// `--no-watch`: reload on SIGHUP only.
-    pub no_watch: bool,
-    /// `--health-check-redis`: whether an unreachable Redis makes health NOT_SERVING.
-    pub health_check_redis: Option<bool>,
-    /// `--response-headers`: none | ratelimit | ietf.
-    pub response_headers: Option<String>,
-    pub retry_after_jitter_ms: Option<u64>,
-    /// `--replicas`: how many replicas share the limits (for `failure_mode: local`).
-    pub replicas: Option<u32>,
-    /// `--local-cache-bytes`: the over-limit cache's budget; 0 turns it off.
-    pub local_cache_bytes: Option<u64>,
-    pub breaker_failures: Option<u32>,
-    pub breaker_open_ms: Option<u64>,
-    /// `--grpc-tls-cert`, `--grpc-tls-key`: TLS on the gRPC port (see `tls.rs`).
-    pub grpc_tls_cert: Option<PathBuf>,
-    pub grpc_tls_key: Option<PathBuf>,
-    /// `--grpc-tls-client-ca`: mTLS, clients need a certificate signed by this CA.
-    pub grpc_tls_client_ca: Option<PathBuf>,
-    /// `--grpc-tls-client-san`: a name the client certificate must be valid for.
-    pub grpc_tls_client_san: Option<String>,
-}
 
 /// Fully resolved settings.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,77 @@
+//! `tollgate serve`'s command-line flags, declared once: clap parses them (the doc
+//! comments are the `--help` text) and [`super::ServeSettings::resolve`] reads them,
+//! flags first, then the environment variables envoyproxy/ratelimit deployments set.
+
+use std::path::PathBuf;
+
+/// What the command line says; `None` (or `false`) leaves the setting to the
+/// environment, then to the default.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeFlags {
+    /// Config file or directory, watched for changes [default: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY, else config/]
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// gRPC listen address [default: $GRPC_HOST:$GRPC_PORT, else 0.0.0.0:8081]
+    #[arg(long)]
+    pub grpc_addr: Option<String>,
+    /// HTTP listen address for /healthcheck, /json, /rlconfig, /config.json, /metrics [default: $HOST:$PORT, else 0.0.0.0:8080]
+    #[arg(long)]
+    pub http_addr: Option<String>,
+    /// Answer OK overall even when over a limit (also $SHADOW_MODE)
+    #[arg(long)]
+    pub shadow_mode: bool,
+    /// Standalone Redis: redis://[user:pass@]host:port/db, rediss:// for TLS [default: $REDIS_URL]
+    #[arg(long)]
+    pub redis_url: Option<String>,
+    /// Redis Cluster seed nodes: host:port,host:port,... [default: $REDIS_URL with $REDIS_TYPE=cluster]
+    #[arg(long)]
+    pub redis_cluster: Option<String>,
+    /// Redis Sentinel: the master group's name, then the sentinels: name,host:port,... [default: $REDIS_URL with $REDIS_TYPE=sentinel]
+    #[arg(long, value_name = "NAME,HOST:PORT,...")]
+    pub redis_sentinel: Option<String>,
+    /// Budget in milliseconds for one request's Redis work; beyond it the domain's failure_mode answers
+    #[arg(long, value_name = "MS")]
+    pub redis_timeout_ms: Option<u64>,
+    /// Prefix of every Redis key [default: $CACHE_KEY_PREFIX]
+    #[arg(long)]
+    pub key_prefix: Option<String>,
+    /// After SIGTERM, keep answering (health NOT_SERVING) this long before closing the listeners [default: 5]
+    #[arg(long, value_name = "SECONDS")]
+    pub drain_seconds: Option<f64>,
+    /// Do not watch the config for changes; reload only on SIGHUP
+    #[arg(long)]
+    pub no_watch: bool,
+    /// Whether an unreachable Redis makes health NOT_SERVING [default: $REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, else true]
+    #[arg(long, value_name = "BOOL")]
+    pub health_check_redis: Option<bool>,
+    /// Rate-limit headers on responses: none, ratelimit (RateLimit-Limit/-Remaining/-Reset) or ietf [default: ratelimit if $LIMIT_RESPONSE_HEADERS_ENABLED, else none]
+    #[arg(long, value_name = "STYLE")]
+    pub response_headers: Option<String>,
+    /// Add up to this many milliseconds at random to Retry-After, so denied clients do not return together
+    #[arg(long, value_name = "MS")]
+    pub retry_after_jitter_ms: Option<u64>,
+    /// Replicas sharing the limits; with failure_mode: local each admits 1/N [default: $TOLLGATE_REPLICAS, else 1]
+    #[arg(long)]
+    pub replicas: Option<u32>,
+    /// Memory for the local over-limit cache, in bytes; 0 turns it off [default: $LOCAL_CACHE_SIZE_IN_BYTES, else 16 MiB]
+    #[arg(long, value_name = "BYTES")]
+    pub local_cache_bytes: Option<u64>,
+    /// Consecutive Redis failures that open the circuit breaker [default: 5]
+    #[arg(long)]
+    pub breaker_failures: Option<u32>,
+    /// How long an open breaker fails fast before probing Redis again [default: 1000]
+    #[arg(long, value_name = "MS")]
+    pub breaker_open_ms: Option<u64>,
+    /// TLS on the gRPC port: certificate chain (PEM), reloaded when it changes [default: $GRPC_SERVER_TLS_CERT if $GRPC_SERVER_USE_TLS]
+    #[arg(long, value_name = "PEM")]
+    pub grpc_tls_cert: Option<PathBuf>,
+    /// TLS on the gRPC port: private key (PEM) [default: $GRPC_SERVER_TLS_KEY]
+    #[arg(long, value_name = "PEM")]
+    pub grpc_tls_key: Option<PathBuf>,
+    /// mTLS: clients must present a certificate signed by this CA (PEM) [default: $GRPC_CLIENT_TLS_CACERT]
+    #[arg(long, value_name = "PEM")]
+    pub grpc_tls_client_ca: Option<PathBuf>,
+    /// mTLS: a DNS name or IP the client certificate must be valid for [default: $GRPC_CLIENT_TLS_SAN]
+    #[arg(long, value_name = "NAME")]
+    pub grpc_tls_client_san: Option<String>,
+}
