@@ -1,6 +1,6 @@
 //! The command line: `serve`, `validate`, `check`, `simulate` and `bench`. Each subcommand
-//! lives in its own file and returns a process exit code; `main.rs` only parses and
-//! dispatches.
+//! lives in its own file; [`run`] turns its outcome into the process exit code, and
+//! `main.rs` only parses and dispatches.
 
 pub mod bench;
 pub mod check;
