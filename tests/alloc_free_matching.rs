@@ -7,6 +7,9 @@
 //! Counting is per thread (a thread-local switch), so the test harness's other
 //! threads cannot disturb it.
 
+// A counting global allocator is unsafe by nature (GlobalAlloc is an unsafe trait).
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::Path;

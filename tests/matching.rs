@@ -12,14 +12,14 @@ use tollgate::config::matcher::{self, Match};
 
 type Entries<'a> = &'a [(&'a str, &'a str)];
 
-fn find<'c>(config: &'c Config, entries: Entries) -> Option<Match<'c>> {
+fn find<'c>(config: &'c Config, entries: Entries<'_>) -> Option<Match<'c>> {
     let domain = config.domain("m").expect("domain m");
     matcher::find(domain, entries.iter().copied())
 }
 
 /// Asserts, for each `(entries, rule name)`, which named rule the entries land on
 /// (`None`: no rule applies).
-fn expect_rules(config: &Config, cases: &[(Entries, Option<&str>)]) {
+fn expect_rules(config: &Config, cases: &[(Entries<'_>, Option<&str>)]) {
     for (entries, expected) in cases {
         let got = find(config, entries).map(|m| m.rule.name.as_deref().unwrap_or("<unnamed>"));
         assert_eq!(got, *expected, "descriptor {entries:?}");

@@ -49,7 +49,7 @@ struct SeriesLabels {
 }
 
 impl EncodeLabelSet for SeriesLabels {
-    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+    fn encode(&self, encoder: &mut LabelSetEncoder<'_>) -> Result<(), std::fmt::Error> {
         ("domain", &*self.domain).encode(encoder.encode_label())?;
         ("rule", &*self.rule).encode(encoder.encode_label())?;
         // Absent, not empty, when the rule does not ask for descriptor values.

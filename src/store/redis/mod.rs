@@ -172,7 +172,7 @@ impl RedisStore {
 
         if vetoed || failure.is_some() {
             // Give back what the committed groups consumed: the request is not admitted.
-            let refunds: Vec<Refund> = committed
+            let refunds: Vec<Refund<'_>> = committed
                 .iter()
                 .flat_map(|indices| indices.iter())
                 .filter(|&&i| ops[i].cost > 0 && replies[i].is_some_and(|r| r.decision.allowed))

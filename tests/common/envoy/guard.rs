@@ -43,6 +43,8 @@ struct Watchdog {
 
 static WATCHDOG: OnceLock<Watchdog> = OnceLock::new();
 
+// atexit(3) has no safe wrapper in std.
+#[allow(unsafe_code)]
 unsafe extern "C" {
     /// C `atexit(3)`; libtest ends the process with `exit`, which runs it.
     fn atexit(callback: extern "C" fn()) -> c_int;
@@ -68,6 +70,7 @@ fn watchdog() -> &'static Watchdog {
             .expect("e2e harness: cannot start the watchdog sh");
         let lifeline = child.stdin.take().expect("piped stdin");
         // SAFETY: registers a plain `extern "C" fn` that never unwinds.
+        #[allow(unsafe_code)]
         unsafe {
             atexit(release_watchdog);
         }

@@ -59,6 +59,8 @@ fi
 rm -rf "$root"
 "#;
 
+// atexit(3) has no safe wrapper in std.
+#[allow(unsafe_code)]
 unsafe extern "C" {
     /// C `atexit(3)`. libtest ends the process with `exit`, which runs these callbacks.
     fn atexit(callback: extern "C" fn()) -> c_int;
@@ -89,6 +91,7 @@ pub(super) fn run_root() -> &'static RunRoot {
             .expect("the watchdog's stdin is piped");
         // SAFETY: registers a plain `extern "C" fn` that never unwinds; failure to
         // register only leaves the clean-up to the watchdog.
+        #[allow(unsafe_code)]
         unsafe {
             atexit(clean_up_at_exit);
         }
