@@ -1,9 +1,9 @@
 //! The HTTP admin port (envoyproxy/ratelimit's `PORT`, default 8080): `GET /healthcheck`
 //! (200 "OK" only when [`Health`] says SERVING, else 500 with the reason), the
 //! `POST /json` check endpoint, which takes and returns the gRPC messages in
-//! protobuf's canonical JSON (camelCase names, enum names, durations as `"42s"`), and
-//! the config views `GET /rlconfig` and `GET /config.json` ([`crate::server::config_view`]), and
-//! `GET /metrics` (Prometheus text format, [`crate::metrics`]).
+//! protobuf's canonical JSON (camelCase names, enum names, durations as `"42s"`), the
+//! config views `GET /rlconfig` and `GET /config.json` (rendered by
+//! [`super::config_view`]), and `GET /metrics` (Prometheus text, [`crate::metrics`]).
 
 use std::sync::{Arc, LazyLock};
 

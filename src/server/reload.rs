@@ -1,8 +1,9 @@
 //! Reloading the config set while serving: load and validate the whole set with
 //! [`config::load_path`], swap it into the [`Limiter`] atomically, and keep the
 //! [`ReloadState`] (generation, hash of the files, last success and failure) that the
-//! admin endpoints read; the limiter's metrics count reloads and show the generation. A set that does not validate never replaces the
-//! one being served: it is logged with every error, in one warn event, and counted.
+//! admin endpoints read; the limiter's metrics count reloads and show the generation.
+//! A set that does not validate never replaces the one being served: it is logged
+//! with every error, in one warn event, and counted.
 //!
 //! Counters are keyed by domain, rule path, entries, algorithm and window, never by
 //! generation, so a swap leaves the counters of unchanged rules as they were.
