@@ -55,6 +55,7 @@ pub struct FixedWindow;
 
 impl Model for FixedWindow {
     const NAME: &'static str = "fixed_window";
+    const KEY_NAME: &'static str = "fw";
     const LUA: &'static str = include_str!("../../lua/fixed_window.lua");
     const USES_BURST: bool = false;
     type State = State;

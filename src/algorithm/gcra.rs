@@ -40,6 +40,7 @@ pub struct Gcra;
 
 impl Model for Gcra {
     const NAME: &'static str = "gcra";
+    const KEY_NAME: &'static str = "gcra";
     const LUA: &'static str = include_str!("../../lua/gcra.lua");
     const USES_BURST: bool = true;
     type State = State;

@@ -51,6 +51,7 @@ pub struct LeakyBucket;
 
 impl Model for LeakyBucket {
     const NAME: &'static str = "leaky_bucket";
+    const KEY_NAME: &'static str = "lb";
     const LUA: &'static str = include_str!("../../lua/leaky_bucket.lua");
     const USES_BURST: bool = true;
     type State = State;

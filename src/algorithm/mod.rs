@@ -16,6 +16,7 @@
 //! 1. `src/algorithm/<name>.rs`: the model. A `State` type, the maths as plain
 //!    functions with their unit and property tests, and a unit struct named like the
 //!    enum variant implementing [`Model`] (`NAME = "<name>"`, the name configs use;
+//!    `KEY_NAME`, a new short name for its Redis keys;
 //!    `LUA = include_str!("../../lua/<name>.lua")`; `USES_BURST`).
 //! 2. `lua/<name>.lua`: its twin, a table `local <name> = {}` with `load(key, p,
 //!    now_ms)`, `decide(state, p, now_ms, cost, i)` (returning the new state, allowed,
@@ -28,8 +29,11 @@
 //!    ids of the others (they are positions); the scripts' SHA changes either way.
 //!
 //! Then add its `*_lua_equals_the_model` case to `tests/differential.rs`, which
-//! proves the two twins agree. Config parsing, the memory store, the Redis scripts
-//! and `tollgate simulate` pick the algorithm up from the list.
+//! proves the two twins agree. Config parsing, the memory store, Redis keys and
+//! scripts and `tollgate simulate` pick the algorithm up from the list; the compiler
+//! points at the one match elsewhere that names every variant (the simulator's
+//! colours, `src/simulate/svg.rs`). Config rules specific to one algorithm (like
+//! `max_delay` for the leaky bucket) live in `src/config/limit.rs`.
 
 #[cfg(test)]
 pub(crate) mod testing;
@@ -43,6 +47,10 @@ pub trait Model {
     /// The name configs use (`rate_limit.algorithm`), and the name of the Lua table
     /// that `LUA` defines (the generated dispatch table refers to it).
     const NAME: &'static str;
+    /// Its short name inside Redis keys: distinct per algorithm, so a rule that
+    /// changes algorithm starts from a fresh counter instead of misreading the old
+    /// state. Never change one: every counter in Redis would start over.
+    const KEY_NAME: &'static str;
     /// The Lua twin: the source of `lua/<NAME>.lua`.
     const LUA: &'static str;
     /// Whether `burst` means something for this algorithm.
@@ -89,6 +97,13 @@ macro_rules! algorithms {
             pub fn name(self) -> &'static str {
                 match self {
                     $(Algorithm::$variant => <$module::$variant as Model>::NAME,)+
+                }
+            }
+
+            /// The short name inside Redis keys ([`Model::KEY_NAME`]).
+            pub fn key_name(self) -> &'static str {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::KEY_NAME,)+
                 }
             }
 
@@ -236,6 +251,17 @@ fn floor_u64(x: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_distinct_and_key_names_safe_in_keys() {
+        for (i, a) in Algorithm::ALL.into_iter().enumerate() {
+            for b in &Algorithm::ALL[i + 1..] {
+                assert_ne!(a.name(), b.name());
+                assert_ne!(a.key_name(), b.key_name());
+            }
+            assert!(a.key_name().bytes().all(|c| c.is_ascii_alphanumeric()));
+        }
+    }
 
     #[test]
     fn ids_are_list_positions_from_one() {

@@ -58,6 +58,7 @@ pub struct SlidingLog;
 
 impl Model for SlidingLog {
     const NAME: &'static str = "sliding_log";
+    const KEY_NAME: &'static str = "sl";
     const LUA: &'static str = include_str!("../../lua/sliding_log.lua");
     const USES_BURST: bool = false;
     type State = State;

@@ -79,6 +79,7 @@ pub struct SlidingWindow;
 
 impl Model for SlidingWindow {
     const NAME: &'static str = "sliding_window";
+    const KEY_NAME: &'static str = "sw";
     const LUA: &'static str = include_str!("../../lua/sliding_window.lua");
     const USES_BURST: bool = false;
     type State = State;

@@ -56,6 +56,7 @@ pub struct TokenBucket;
 
 impl Model for TokenBucket {
     const NAME: &'static str = "token_bucket";
+    const KEY_NAME: &'static str = "tb";
     const LUA: &'static str = include_str!("../../lua/token_bucket.lua");
     const USES_BURST: bool = true;
     type State = State;

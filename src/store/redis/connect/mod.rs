@@ -4,6 +4,8 @@
 //! ([`sentinel`], which follows failovers). All multiplex concurrent requests over
 //! one connection per node, pipelining them. `rediss://` URLs use TLS (rustls), with
 //! the system's roots or the CA of [`RedisTls`], and a client certificate if given.
+//! What to connect to is described in `options.rs`; what comes back is one
+//! [`Connection`], whatever the kind of server.
 
 mod options;
 pub mod sentinel;
