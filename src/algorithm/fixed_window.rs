@@ -49,7 +49,6 @@ pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
     (state.window_start + window_secs(params)) * 1000
 }
 
-
 /// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/fixed_window.lua`.
 pub struct FixedWindow;
 

@@ -34,7 +34,6 @@ pub fn expires_at_ms(state: &State, now_ms: u64) -> u64 {
     now_ms + ceil_ms(state.tat - now_ms as f64).max(1)
 }
 
-
 /// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/gcra.lua`.
 pub struct Gcra;
 

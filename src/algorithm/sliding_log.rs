@@ -52,7 +52,6 @@ pub fn expires_at_ms(state: &State, params: &Params, now_ms: u64) -> u64 {
     state.hits.back().map_or(now_ms, |&t| t + params.window_ms)
 }
 
-
 /// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/sliding_log.lua`.
 pub struct SlidingLog;
 

@@ -73,7 +73,6 @@ pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
     state.start + 2 * params.window_ms
 }
 
-
 /// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/sliding_window.lua`.
 pub struct SlidingWindow;
 

@@ -50,7 +50,6 @@ pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
     state.at + ceil_ms((params.burst as f64 - state.tokens) / rate).max(1)
 }
 
-
 /// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/token_bucket.lua`.
 pub struct TokenBucket;
 
