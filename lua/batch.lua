@@ -10,9 +10,10 @@
 --           and "1" for a dry run (decide, write nothing: the request is already
 --           denied elsewhere, only true statuses are wanted) else "0".
 -- ARGV      then 7 values per operation i, at 2 + 2*S + 7*(i-1) + 1 ..:
---             algorithm id (1 fixed_window, 2 sliding_window, 3 sliding_log,
---             4 token_bucket, 5 gcra, 6 leaky_bucket), limit, window ms, burst,
---             max delay ms (-1 = none), cost, vetoes (1/0)
+--             algorithm id, limit, window ms, burst, max delay ms (-1 = none), cost,
+--             vetoes (1/0). The id indexes `algorithms`, which is not in this file:
+--             scripts.rs generates it from the Rust list (src/algorithm/mod.rs) and
+--             puts it before this entry point.
 -- Returns   6 integers per operation, in order:
 --             allowed (1/0), remaining, reset ms, retry ms (-1 = never),
 --             delay us (leaky bucket), refund token
@@ -26,7 +27,6 @@
 -- call carrying S requests decides exactly as S calls in that order would. tollgate
 -- puts concurrent requests into one call to share the per-call cost of EVALSHA.
 
-local algorithms = { fixed_window, sliding_window, sliding_log, token_bucket, gcra, leaky_bucket }
 local STRIDE = 7
 local REPLY = 6
 local out = {}

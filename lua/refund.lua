@@ -2,22 +2,22 @@
 -- same request was denied, so a denied request leaves every counter as it found it.
 --
 -- KEYS[i]   a counter that operation i consumed from (one hash slot, as in batch.lua)
--- ARGV      6 values per operation i: algorithm id, limit, window ms, burst, refund
---           token from batch.lua, cost
+-- ARGV      8 values per operation i: the 7 of batch.lua (algorithm id, limit,
+--           window ms, burst, max delay ms, cost, vetoes), then the refund token
+--           batch.lua returned for it. One layout for both scripts means one encoder
+--           in scripts.rs; `algorithms` is generated there, as for batch.lua.
 -- Returns   the number of operations processed
 --
 -- A refund applies only to the state it consumed from (the token names the window or
 -- the log entries): if the window has moved on there is nothing to give back.
 -- Refunds can make a counter briefly under-admit, never over-admit.
 
-local algorithms = { fixed_window, sliding_window, sliding_log, token_bucket, gcra, leaky_bucket }
-
 for i = 1, #KEYS do
-  local a = 6 * (i - 1)
+  local a = 8 * (i - 1)
   local algo = algorithms[tonumber(ARGV[a + 1])]
   if algo ~= nil then
     local p = { limit = tonumber(ARGV[a + 2]), window = tonumber(ARGV[a + 3]), burst = tonumber(ARGV[a + 4]) }
-    algo.refund(KEYS[i], p, tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
+    algo.refund(KEYS[i], p, tonumber(ARGV[a + 8]), tonumber(ARGV[a + 6]))
   end
 end
 return #KEYS

@@ -3,7 +3,7 @@
 //! admit iff `count + cost <= L`. Times are whole seconds, as envoyproxy/ratelimit
 //! reports them.
 
-use super::{Decision, Params};
+use super::{Decision, Model, Params};
 
 /// The count within one window, identified by its start (seconds since the epoch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,6 +47,25 @@ pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> 
 
 pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
     (state.window_start + window_secs(params)) * 1000
+}
+
+/// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/fixed_window.lua`.
+pub struct FixedWindow;
+
+impl Model for FixedWindow {
+    const NAME: &'static str = "fixed_window";
+    const KEY_NAME: &'static str = "fw";
+    const LUA: &'static str = include_str!("../../lua/fixed_window.lua");
+    const USES_BURST: bool = false;
+    type State = State;
+
+    fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+        decide(state.copied(), params, now_ms, cost)
+    }
+
+    fn expires_at_ms(state: &State, params: &Params, _now_ms: u64) -> u64 {
+        expires_at_ms(state, params)
+    }
 }
 
 #[cfg(test)]

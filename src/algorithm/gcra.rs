@@ -4,7 +4,7 @@
 //! `max(TAT, now) + n x T - now <= B x T`. Same admissions as a token bucket of
 //! capacity B, with a single float per key.
 
-use super::{Decision, EPSILON, Params, ceil_ms, floor_u64};
+use super::{Decision, EPSILON, Model, Params, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct State {
@@ -32,6 +32,25 @@ pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> 
 
 pub fn expires_at_ms(state: &State, now_ms: u64) -> u64 {
     now_ms + ceil_ms(state.tat - now_ms as f64).max(1)
+}
+
+/// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/gcra.lua`.
+pub struct Gcra;
+
+impl Model for Gcra {
+    const NAME: &'static str = "gcra";
+    const KEY_NAME: &'static str = "gcra";
+    const LUA: &'static str = include_str!("../../lua/gcra.lua");
+    const USES_BURST: bool = true;
+    type State = State;
+
+    fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+        decide(state.copied(), params, now_ms, cost)
+    }
+
+    fn expires_at_ms(state: &State, _params: &Params, now_ms: u64) -> u64 {
+        expires_at_ms(state, now_ms)
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{Decision, EPSILON, Params, ceil_ms, floor_u64};
+use super::{Decision, EPSILON, Model, Params, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct State {
@@ -43,6 +43,25 @@ pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> 
 
 pub fn expires_at_ms(state: &State, now_ms: u64) -> u64 {
     now_ms + ceil_ms(state.tat - now_ms as f64).max(1)
+}
+
+/// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/leaky_bucket.lua`.
+pub struct LeakyBucket;
+
+impl Model for LeakyBucket {
+    const NAME: &'static str = "leaky_bucket";
+    const KEY_NAME: &'static str = "lb";
+    const LUA: &'static str = include_str!("../../lua/leaky_bucket.lua");
+    const USES_BURST: bool = true;
+    type State = State;
+
+    fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+        decide(state.copied(), params, now_ms, cost)
+    }
+
+    fn expires_at_ms(state: &State, _params: &Params, now_ms: u64) -> u64 {
+        expires_at_ms(state, now_ms)
+    }
 }
 
 #[cfg(test)]

@@ -2,65 +2,177 @@
 //! clock of their own. The memory store runs them directly; the Lua scripts in `lua/`
 //! mirror them operation for operation (same float expressions in the same order, so
 //! a differential test can demand exact agreement).
-
-pub mod fixed_window;
-pub mod gcra;
-pub mod leaky_bucket;
-pub mod sliding_log;
-pub mod sliding_window;
-pub mod token_bucket;
+//!
+//! Every algorithm is a [`Model`], and one list (the `algorithms!` call below) is the
+//! only place that names them all: it declares the modules and generates the
+//! [`Algorithm`] enum, the [`State`] enum and the dispatch of [`decide`] and
+//! [`expires_at_ms`]. An algorithm's id on the wire is its position in that list
+//! (counting from 1, as Lua arrays do), and the Lua dispatch table is generated from
+//! the same list when the scripts are assembled (`store/redis/scripts.rs`), so the
+//! ids have one source of truth.
+//!
+//! # Adding an algorithm
+//!
+//! 1. `src/algorithm/<name>.rs`: the model. A `State` type, the maths as plain
+//!    functions with their unit and property tests, and a unit struct named like the
+//!    enum variant implementing [`Model`] (`NAME = "<name>"`, the name configs use;
+//!    `KEY_NAME`, a new short name for its Redis keys;
+//!    `LUA = include_str!("../../lua/<name>.lua")`; `USES_BURST`).
+//! 2. `lua/<name>.lua`: its twin, a table `local <name> = {}` with `load(key, p,
+//!    now_ms)`, `decide(state, p, now_ms, cost, i)` (returning the new state, allowed,
+//!    remaining, reset ms, retry ms or -1, delay us), `token(state)`,
+//!    `save(key, state, p, now_ms, injected, now_us)` (writes the state with its TTL)
+//!    and `refund(key, p, token, cost)`. It must compute with the same float
+//!    expressions in the same order as the Rust model; `lua/common.lua` has the
+//!    shared helpers.
+//! 3. One entry at the end of the list below: `Variant(module)`. Appending keeps the
+//!    ids of the others (they are positions); the scripts' SHA changes either way.
+//!
+//! Then add its `*_lua_equals_the_model` case to `tests/differential.rs`, which
+//! proves the two twins agree. Config parsing, the memory store, Redis keys and
+//! scripts and `tollgate simulate` pick the algorithm up from the list; the compiler
+//! points at the one match elsewhere that names every variant (the simulator's
+//! colours, `src/simulate/svg.rs`). Config rules specific to one algorithm (like
+//! `max_delay` for the leaky bucket) live in `src/config/limit.rs`.
 
 #[cfg(test)]
 pub(crate) mod testing;
 
 use std::time::Duration;
 
-/// How a limit counts. The number is the id the Lua batch script dispatches on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    FixedWindow = 1,
-    SlidingWindow = 2,
-    SlidingLog = 3,
-    TokenBucket = 4,
-    Gcra = 5,
-    LeakyBucket = 6,
+/// What one algorithm is: its names, its Lua twin and its arithmetic. Implemented by a
+/// unit struct in each algorithm's module; nothing calls it but the code the
+/// `algorithms!` list generates, so a model is plain functions plus this registration.
+pub trait Model {
+    /// The name configs use (`rate_limit.algorithm`), and the name of the Lua table
+    /// that `LUA` defines (the generated dispatch table refers to it).
+    const NAME: &'static str;
+    /// Its short name inside Redis keys: distinct per algorithm, so a rule that
+    /// changes algorithm starts from a fresh counter instead of misreading the old
+    /// state. Never change one: every counter in Redis would start over.
+    const KEY_NAME: &'static str;
+    /// The Lua twin: the source of `lua/<NAME>.lua`.
+    const LUA: &'static str;
+    /// Whether `burst` means something for this algorithm.
+    const USES_BURST: bool;
+    type State: Clone + std::fmt::Debug + PartialEq;
+
+    /// Decides `cost` hits at `now_ms` against `state` (`None`: never seen). A denied
+    /// operation returns the state unchanged.
+    fn decide(
+        state: Option<&Self::State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+    ) -> (Self::State, Decision);
+
+    /// When `state` stops mattering (the Redis TTL of its key): after this instant it
+    /// is equivalent to no state at all.
+    fn expires_at_ms(state: &Self::State, params: &Params, now_ms: u64) -> u64;
+}
+
+/// Declares the algorithm modules and generates everything that enumerates them from
+/// one list of `Variant(module)` entries, where `module::Variant` is the [`Model`].
+macro_rules! algorithms {
+    ($($variant:ident($module:ident)),+ $(,)?) => {
+        $(pub mod $module;)+
+
+        /// How a limit counts.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Algorithm {
+            $($variant,)+
+        }
+
+        /// One counter's state, whatever its algorithm.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum State {
+            $($variant(<$module::$variant as Model>::State),)+
+        }
+
+        impl Algorithm {
+            /// Every algorithm, in list order (so `ALL[id - 1]` has `id`).
+            pub const ALL: [Algorithm; [$(Algorithm::$variant),+].len()] =
+                [$(Algorithm::$variant),+];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::NAME,)+
+                }
+            }
+
+            /// The short name inside Redis keys ([`Model::KEY_NAME`]).
+            pub fn key_name(self) -> &'static str {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::KEY_NAME,)+
+                }
+            }
+
+            /// Whether `burst` means something for this algorithm.
+            pub fn uses_burst(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::USES_BURST,)+
+                }
+            }
+
+            /// The Lua twin's source.
+            pub fn lua(self) -> &'static str {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::LUA,)+
+                }
+            }
+        }
+
+        /// Decides `cost` hits at `now_ms` against `state` (None: never seen, or state
+        /// of another algorithm). A denied operation returns the state unchanged.
+        pub fn decide(
+            state: Option<&State>,
+            params: &Params,
+            now_ms: u64,
+            cost: u64,
+        ) -> (State, Decision) {
+            match params.algorithm {
+                $(Algorithm::$variant => {
+                    let prior = match state {
+                        Some(State::$variant(s)) => Some(s),
+                        _ => None,
+                    };
+                    let (s, d) = <$module::$variant as Model>::decide(prior, params, now_ms, cost);
+                    (State::$variant(s), d)
+                })+
+            }
+        }
+
+        /// When a state stops mattering (the Redis TTL of its key): after this instant
+        /// it is equivalent to no state at all.
+        pub fn expires_at_ms(state: &State, params: &Params, now_ms: u64) -> u64 {
+            match state {
+                $(State::$variant(s) => {
+                    <$module::$variant as Model>::expires_at_ms(s, params, now_ms)
+                })+
+            }
+        }
+    };
+}
+
+// The list. An algorithm's wire id is its position here, counting from 1.
+algorithms! {
+    FixedWindow(fixed_window),
+    SlidingWindow(sliding_window),
+    SlidingLog(sliding_log),
+    TokenBucket(token_bucket),
+    Gcra(gcra),
+    LeakyBucket(leaky_bucket),
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 6] = [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingLog,
-        Algorithm::TokenBucket,
-        Algorithm::Gcra,
-        Algorithm::LeakyBucket,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fixed_window",
-            Algorithm::SlidingWindow => "sliding_window",
-            Algorithm::SlidingLog => "sliding_log",
-            Algorithm::TokenBucket => "token_bucket",
-            Algorithm::Gcra => "gcra",
-            Algorithm::LeakyBucket => "leaky_bucket",
-        }
-    }
-
     pub fn parse(text: &str) -> Option<Algorithm> {
         Self::ALL.into_iter().find(|a| a.name() == text)
     }
 
+    /// The id the Lua scripts dispatch on: the position in the list, from 1 (the
+    /// generated Lua table is an array in the same order).
     pub fn id(self) -> u8 {
-        self as u8
-    }
-
-    /// Whether `burst` means something for this algorithm.
-    pub fn uses_burst(self) -> bool {
-        matches!(
-            self,
-            Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket
-        )
+        self as u8 + 1
     }
 }
 
@@ -122,85 +234,6 @@ impl Decision {
     }
 }
 
-/// One counter's state, whatever its algorithm.
-#[derive(Debug, Clone, PartialEq)]
-pub enum State {
-    FixedWindow(fixed_window::State),
-    SlidingWindow(sliding_window::State),
-    SlidingLog(sliding_log::State),
-    TokenBucket(token_bucket::State),
-    Gcra(gcra::State),
-    LeakyBucket(leaky_bucket::State),
-}
-
-/// Decides `cost` hits at `now_ms` against `state` (None: never seen, or state of
-/// another algorithm). A denied operation returns the state unchanged.
-pub fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
-    match params.algorithm {
-        Algorithm::FixedWindow => {
-            let s = match state {
-                Some(State::FixedWindow(s)) => Some(*s),
-                _ => None,
-            };
-            let (s, d) = fixed_window::decide(s, params, now_ms, cost);
-            (State::FixedWindow(s), d)
-        }
-        Algorithm::SlidingWindow => {
-            let s = match state {
-                Some(State::SlidingWindow(s)) => Some(*s),
-                _ => None,
-            };
-            let (s, d) = sliding_window::decide(s, params, now_ms, cost);
-            (State::SlidingWindow(s), d)
-        }
-        Algorithm::SlidingLog => {
-            let s = match state {
-                Some(State::SlidingLog(s)) => Some(s),
-                _ => None,
-            };
-            let (s, d) = sliding_log::decide(s, params, now_ms, cost);
-            (State::SlidingLog(s), d)
-        }
-        Algorithm::TokenBucket => {
-            let s = match state {
-                Some(State::TokenBucket(s)) => Some(*s),
-                _ => None,
-            };
-            let (s, d) = token_bucket::decide(s, params, now_ms, cost);
-            (State::TokenBucket(s), d)
-        }
-        Algorithm::Gcra => {
-            let s = match state {
-                Some(State::Gcra(s)) => Some(*s),
-                _ => None,
-            };
-            let (s, d) = gcra::decide(s, params, now_ms, cost);
-            (State::Gcra(s), d)
-        }
-        Algorithm::LeakyBucket => {
-            let s = match state {
-                Some(State::LeakyBucket(s)) => Some(*s),
-                _ => None,
-            };
-            let (s, d) = leaky_bucket::decide(s, params, now_ms, cost);
-            (State::LeakyBucket(s), d)
-        }
-    }
-}
-
-/// When a state stops mattering (the Redis TTL of its key): after this instant it is
-/// equivalent to no state at all.
-pub fn expires_at_ms(state: &State, params: &Params, now_ms: u64) -> u64 {
-    match state {
-        State::FixedWindow(s) => fixed_window::expires_at_ms(s, params),
-        State::SlidingWindow(s) => sliding_window::expires_at_ms(s, params),
-        State::SlidingLog(s) => sliding_log::expires_at_ms(s, params, now_ms),
-        State::TokenBucket(s) => token_bucket::expires_at_ms(s, params),
-        State::Gcra(s) => gcra::expires_at_ms(s, now_ms),
-        State::LeakyBucket(s) => leaky_bucket::expires_at_ms(s, now_ms),
-    }
-}
-
 /// Slack for float comparisons, so that B requests at one instant fill a bucket of B
 /// exactly despite rounding in `n x T` sums. The Lua scripts use the same value.
 pub const EPSILON: f64 = 1e-9;
@@ -213,4 +246,41 @@ fn ceil_ms(x: f64) -> u64 {
 /// `floor(x)` of a non-negative float (negative -> 0).
 fn floor_u64(x: f64) -> u64 {
     if x > 0.0 { x.floor() as u64 } else { 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_distinct_and_key_names_safe_in_keys() {
+        for (i, a) in Algorithm::ALL.into_iter().enumerate() {
+            for b in &Algorithm::ALL[i + 1..] {
+                assert_ne!(a.name(), b.name());
+                assert_ne!(a.key_name(), b.key_name());
+            }
+            assert!(a.key_name().bytes().all(|c| c.is_ascii_alphanumeric()));
+        }
+    }
+
+    #[test]
+    fn ids_are_list_positions_from_one() {
+        for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+            assert_eq!(usize::from(algorithm.id()), i + 1);
+            assert_eq!(Algorithm::parse(algorithm.name()), Some(algorithm));
+        }
+    }
+
+    /// The generated Lua dispatch table names each algorithm's table by `NAME`.
+    #[test]
+    fn each_lua_twin_defines_the_table_named_like_its_model() {
+        for algorithm in Algorithm::ALL {
+            let definition = format!("local {} = {{}}", algorithm.name());
+            assert!(
+                algorithm.lua().lines().any(|line| line == definition),
+                "{} lacks `{definition}`",
+                algorithm.name()
+            );
+        }
+    }
 }

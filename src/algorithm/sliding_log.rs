@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Decision, Params};
+use super::{Decision, Model, Params};
 
 /// The largest `requests_per_unit` a sliding_log rule may have. Redis stores each hit
 /// as a sorted-set member: measured with `MEMORY USAGE` (tests/memory_usage.rs), a full
@@ -50,6 +50,25 @@ fn reset_ms(state: &State, window: u64, now_ms: u64) -> u64 {
 
 pub fn expires_at_ms(state: &State, params: &Params, now_ms: u64) -> u64 {
     state.hits.back().map_or(now_ms, |&t| t + params.window_ms)
+}
+
+/// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/sliding_log.lua`.
+pub struct SlidingLog;
+
+impl Model for SlidingLog {
+    const NAME: &'static str = "sliding_log";
+    const KEY_NAME: &'static str = "sl";
+    const LUA: &'static str = include_str!("../../lua/sliding_log.lua");
+    const USES_BURST: bool = false;
+    type State = State;
+
+    fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+        decide(state, params, now_ms, cost)
+    }
+
+    fn expires_at_ms(state: &State, params: &Params, now_ms: u64) -> u64 {
+        expires_at_ms(state, params, now_ms)
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! the previous window's hits were spread evenly, so in the worst case (all of them
 //! at its very end) it admits up to 2L in one interval of length W.
 
-use super::{Decision, Params, ceil_ms, floor_u64};
+use super::{Decision, Model, Params, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct State {
@@ -71,6 +71,25 @@ pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> 
 
 pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
     state.start + 2 * params.window_ms
+}
+
+/// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/sliding_window.lua`.
+pub struct SlidingWindow;
+
+impl Model for SlidingWindow {
+    const NAME: &'static str = "sliding_window";
+    const KEY_NAME: &'static str = "sw";
+    const LUA: &'static str = include_str!("../../lua/sliding_window.lua");
+    const USES_BURST: bool = false;
+    type State = State;
+
+    fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+        decide(state.copied(), params, now_ms, cost)
+    }
+
+    fn expires_at_ms(state: &State, params: &Params, _now_ms: u64) -> u64 {
+        expires_at_ms(state, params)
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! a request of cost n takes n tokens, admitted iff at least n are there. Allows a
 //! burst of B, then the sustained rate. Two numbers of state: tokens and when.
 
-use super::{Decision, EPSILON, Params, ceil_ms, floor_u64};
+use super::{Decision, EPSILON, Model, Params, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct State {
@@ -48,6 +48,25 @@ pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> 
 pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
     let rate = params.limit as f64 / params.window_ms as f64;
     state.at + ceil_ms((params.burst as f64 - state.tokens) / rate).max(1)
+}
+
+/// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/token_bucket.lua`.
+pub struct TokenBucket;
+
+impl Model for TokenBucket {
+    const NAME: &'static str = "token_bucket";
+    const KEY_NAME: &'static str = "tb";
+    const LUA: &'static str = include_str!("../../lua/token_bucket.lua");
+    const USES_BURST: bool = true;
+    type State = State;
+
+    fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+        decide(state.copied(), params, now_ms, cost)
+    }
+
+    fn expires_at_ms(state: &State, params: &Params, _now_ms: u64) -> u64 {
+        expires_at_ms(state, params)
+    }
 }
 
 #[cfg(test)]

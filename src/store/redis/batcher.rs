@@ -16,9 +16,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::aio::ConnectionLike;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use super::connect::{self, Standalone};
+use super::connect::describe;
 use super::scripts::{self, Reply, Segment, WireOp};
 use crate::store::StoreError;
 
@@ -39,7 +40,8 @@ struct Job {
     reply: oneshot::Sender<Result<Vec<Reply>, StoreError>>,
 }
 
-/// The queue in front of one standalone connection. Dropping it stops its task once
+/// The queue in front of one standalone connection (direct or Sentinel; never a
+/// cluster, whose keys must be split by slot first). Dropping it stops its task once
 /// the calls in flight are answered.
 pub struct Batcher {
     queue: mpsc::UnboundedSender<Job>,
@@ -49,7 +51,10 @@ impl Batcher {
     /// Starts the task that drains the queue (on the current tokio runtime). A call
     /// not answered within `timeout` is abandoned and its requests get
     /// [`StoreError::Timeout`].
-    pub fn start(connection: Standalone, timeout: Duration) -> Self {
+    pub fn start<C>(connection: C, timeout: Duration) -> Self
+    where
+        C: ConnectionLike + Clone + Send + 'static,
+    {
         let (queue, jobs) = mpsc::unbounded_channel();
         tokio::spawn(drain(jobs, connection, timeout));
         Self { queue }
@@ -78,7 +83,10 @@ impl Batcher {
     }
 }
 
-async fn drain(mut jobs: mpsc::UnboundedReceiver<Job>, connection: Standalone, timeout: Duration) {
+async fn drain<C>(mut jobs: mpsc::UnboundedReceiver<Job>, connection: C, timeout: Duration)
+where
+    C: ConnectionLike + Clone + Send + 'static,
+{
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
     // A job that did not fit in the previous call opens the next one.
     let mut held: Option<Job> = None;
@@ -126,7 +134,10 @@ async fn drain(mut jobs: mpsc::UnboundedReceiver<Job>, connection: Standalone, t
 }
 
 /// One EVALSHA for every job of `batch`: all their replies, in order.
-async fn call(connection: &mut Standalone, batch: &[Job]) -> Result<Vec<Reply>, StoreError> {
+async fn call<C: ConnectionLike>(
+    connection: &mut C,
+    batch: &[Job],
+) -> Result<Vec<Reply>, StoreError> {
     let segments: Vec<Segment<'_, String>> = batch
         .iter()
         .map(|job| Segment {
@@ -137,9 +148,9 @@ async fn call(connection: &mut Standalone, batch: &[Job]) -> Result<Vec<Reply>, 
         .collect();
     let cmd = scripts::batch_cmd(&segments, None);
     let total: usize = batch.iter().map(|job| job.ops.len()).sum();
-    let values: Vec<i64> = super::evalsha(connection, &cmd, &scripts::BATCH)
+    let values: Vec<i64> = scripts::evalsha(connection, &cmd, &scripts::BATCH)
         .await
-        .map_err(|e| StoreError::Unavailable(connect::describe(&e)))?;
+        .map_err(|e| StoreError::Unavailable(describe(&e)))?;
     scripts::parse_batch_reply(&values, total).map_err(StoreError::Unavailable)
 }
 

@@ -13,7 +13,6 @@
 
 use std::fmt::Write;
 
-use crate::algorithm::Algorithm;
 use crate::store::CounterKey;
 
 /// Appends `text` with every special byte written as `%XX`.
@@ -69,23 +68,10 @@ pub fn encode(prefix: &str, counter: &CounterKey) -> String {
     let _ = write!(
         key,
         ":{}:{}",
-        short_name(counter.algorithm),
+        counter.algorithm.key_name(),
         counter.window_secs
     );
     key
-}
-
-/// Keeps keys short; distinct per algorithm so a rule that changes algorithm starts
-/// from a fresh counter instead of misreading the old state.
-fn short_name(algorithm: Algorithm) -> &'static str {
-    match algorithm {
-        Algorithm::FixedWindow => "fw",
-        Algorithm::SlidingWindow => "sw",
-        Algorithm::SlidingLog => "sl",
-        Algorithm::TokenBucket => "tb",
-        Algorithm::Gcra => "gcra",
-        Algorithm::LeakyBucket => "lb",
-    }
 }
 
 /// The hash tag of an encoded key: what Redis hashes to pick the slot.
@@ -108,8 +94,16 @@ pub fn check_prefix(prefix: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Algorithm;
     use proptest::prelude::*;
     use std::sync::Arc;
+
+    /// Counters already in Redis are found by these names: they never change.
+    #[test]
+    fn algorithm_names_in_keys_are_stable() {
+        let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.key_name()).collect();
+        assert_eq!(names, ["fw", "sw", "sl", "tb", "gcra", "lb"]);
+    }
 
     fn counter(entries: Vec<(String, String)>, hash_tag: Option<Vec<&str>>) -> CounterKey {
         CounterKey {

@@ -1,53 +1,72 @@
-//! The Lua scripts (from `lua/`, compiled in with `include_str!`) and the packing of
-//! their arguments and replies. A script body is the shared helpers and every
-//! algorithm module followed by the entry point, so one invocation can decide any mix
-//! of algorithms atomically.
+//! The Lua scripts and the packing of their arguments and replies. A script body is
+//! assembled from `lua/` (compiled in with `include_str!`): the shared helpers, every
+//! algorithm's Lua twin, the dispatch table generated from the Rust list of
+//! algorithms, then the entry point, so one invocation can decide any mix of
+//! algorithms atomically.
 //!
-//! The hot path sends [`batch_cmd`]: EVALSHA written straight into one command
-//! buffer; the store loads the script with SCRIPT LOAD and retries on NOSCRIPT
-//! (script caches vanish on restart and failover), so the body crosses the network
-//! only when a server lacks it, and never with EVAL. [`batch_invocation`] builds the
-//! same call as a `redis::ScriptInvocation` (tests inject time through it).
+//! Both scripts are sent as EVALSHA written straight into one command buffer
+//! ([`batch_cmd`], [`refund_cmd`]), with their operations encoded by one encoder
+//! ([`WireOp`]). [`evalsha`] loads a script with SCRIPT LOAD and retries on NOSCRIPT
+//! (script caches vanish on restart and failover), so a body crosses the network only
+//! when a server lacks it, and never with EVAL.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Cmd, Script, ScriptInvocation};
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
-use crate::algorithm::Decision;
+use crate::algorithm::{Algorithm, Decision};
 use crate::store::CounterOp;
 
-const MODULES: [&str; 7] = [
-    include_str!("../../../lua/common.lua"),
-    include_str!("../../../lua/fixed_window.lua"),
-    include_str!("../../../lua/sliding_window.lua"),
-    include_str!("../../../lua/sliding_log.lua"),
-    include_str!("../../../lua/token_bucket.lua"),
-    include_str!("../../../lua/gcra.lua"),
-    include_str!("../../../lua/leaky_bucket.lua"),
-];
+const COMMON: &str = include_str!("../../../lua/common.lua");
 
-fn with_modules(entry: &str) -> Script {
-    Script::new(&format!("{}\n{entry}", MODULES.join("\n")))
+/// `lua/common.lua`, each algorithm's module, the generated dispatch table, `entry`.
+///
+/// The table is an array in list order, so an algorithm's id (its position in
+/// [`Algorithm::ALL`], from 1) finds its module with one array index, as the
+/// hand-written table did: generating it costs nothing per decision, and the ids can
+/// no longer drift from the Rust enum.
+fn assemble(entry: &str) -> String {
+    let mut body = String::from(COMMON);
+    for algorithm in Algorithm::ALL {
+        body.push('\n');
+        body.push_str(algorithm.lua());
+    }
+    let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+    body.push_str("\n-- Generated from the Rust list (src/algorithm/mod.rs): id i is entry i.\n");
+    body.push_str(&format!("local algorithms = {{ {} }}\n", names.join(", ")));
+    body.push_str(entry);
+    body
 }
 
 pub static BATCH: LazyLock<Script> =
-    LazyLock::new(|| with_modules(include_str!("../../../lua/batch.lua")));
+    LazyLock::new(|| Script::new(&assemble(include_str!("../../../lua/batch.lua"))));
 pub static REFUND: LazyLock<Script> =
-    LazyLock::new(|| with_modules(include_str!("../../../lua/refund.lua")));
+    LazyLock::new(|| Script::new(&assemble(include_str!("../../../lua/refund.lua"))));
+
+/// Sends `cmd` (an EVALSHA of `script`); on NOSCRIPT loads the script with SCRIPT LOAD
+/// and sends it once more. The body never travels with EVAL.
+pub async fn evalsha<C: ConnectionLike, T: FromRedisValue>(
+    con: &mut C,
+    cmd: &Cmd,
+    script: &Script,
+) -> RedisResult<T> {
+    match cmd.query_async(con).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(con).await?;
+            cmd.query_async(con).await
+        }
+        other => other,
+    }
+}
 
 /// Values per operation in the batch script's reply.
 const REPLY_STRIDE: usize = 6;
 
-/// Lua numbers are doubles: costs above the burst or limit are all equally
-/// impossible, so they are clamped to stay exact.
-fn wire_cost(op: &CounterOp) -> u64 {
-    op.cost
-        .min(op.params.limit.max(op.params.burst).saturating_add(1))
-}
-
-/// One operation as the batch script reads it (its 7 arguments), owned and `Copy` so
-/// a request can wait in the batcher's queue without borrowing from its caller.
+/// One operation as both scripts read it (7 arguments), owned and `Copy` so a request
+/// can wait in the batcher's queue, or for its refund, without borrowing from its
+/// caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WireOp {
     algorithm: u8,
@@ -70,9 +89,22 @@ impl WireOp {
             max_delay_ms: p
                 .max_delay_ms
                 .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
-            cost: wire_cost(op),
+            // Lua numbers are doubles: costs above the burst or limit are all equally
+            // impossible, so they are clamped to stay exact.
+            cost: op.cost.min(p.limit.max(p.burst).saturating_add(1)),
             vetoes: op.vetoes,
         }
+    }
+
+    /// The encoder: appends this operation's 7 arguments to `cmd`.
+    fn write(&self, cmd: &mut Cmd) {
+        cmd.arg(self.algorithm)
+            .arg(self.limit)
+            .arg(self.window_ms)
+            .arg(self.burst)
+            .arg(self.max_delay_ms)
+            .arg(self.cost)
+            .arg(u8::from(self.vetoes));
     }
 }
 
@@ -84,38 +116,12 @@ pub struct Segment<'a, K: AsRef<str>> {
     pub dry_run: bool,
 }
 
-/// One batch invocation for the operations of one slot group. `now_ms` is for tests
-/// only: production passes `None` and the script reads the shard's clock. A dry run
-/// decides and writes nothing.
-pub fn batch_invocation<'a>(
-    keys: &[String],
-    ops: &[&CounterOp],
-    now_ms: Option<u64>,
-    dry_run: bool,
-) -> ScriptInvocation<'a> {
-    let mut invocation = BATCH.prepare_invoke();
-    invocation.arg(now_ms.map_or_else(String::new, |ms| ms.to_string()));
-    invocation.arg(1).arg(ops.len()).arg(u8::from(dry_run));
-    for (key, op) in keys.iter().zip(ops) {
-        let w = WireOp::new(op);
-        invocation
-            .key(key.as_str())
-            .arg(w.algorithm)
-            .arg(w.limit)
-            .arg(w.window_ms)
-            .arg(w.burst)
-            .arg(w.max_delay_ms)
-            .arg(w.cost)
-            .arg(u8::from(w.vetoes));
-    }
-    invocation
-}
-
 /// The batch script's EVALSHA for `segments` (one per request; keys and operations in
-/// the same order), as one command. Same arguments as [`batch_invocation`], but
-/// written into the command's single buffer: a `ScriptInvocation` keeps every key and
-/// argument in a `Vec` of its own, then copies them all into a command again, two
-/// allocations per argument and nine arguments per operation.
+/// the same order), as one command. `now_ms` is for tests only: production passes
+/// `None` and the script reads the shard's clock. Written into the command's single
+/// buffer: a `ScriptInvocation` would keep every key and argument in a `Vec` of its
+/// own, then copy them all into a command again, two allocations per argument and
+/// nine arguments per operation.
 pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>) -> Cmd {
     let n: usize = segments.iter().map(|s| s.ops.len()).sum();
     let key_bytes: usize = segments
@@ -140,38 +146,31 @@ pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>
         cmd.arg(segment.ops.len()).arg(u8::from(segment.dry_run));
     }
     for w in segments.iter().flat_map(|s| s.ops) {
-        cmd.arg(w.algorithm)
-            .arg(w.limit)
-            .arg(w.window_ms)
-            .arg(w.burst)
-            .arg(w.max_delay_ms)
-            .arg(w.cost)
-            .arg(u8::from(w.vetoes));
+        w.write(&mut cmd);
     }
     cmd
 }
 
 /// A consumed operation to give back.
-pub struct Refund<'a> {
+pub struct Refund {
     pub key: String,
-    pub op: &'a CounterOp,
+    pub op: WireOp,
+    /// What the batch script returned to name the state it consumed from.
     pub token: i64,
 }
 
-pub fn refund_invocation<'a>(refunds: &[Refund<'_>]) -> ScriptInvocation<'a> {
-    let mut invocation = REFUND.prepare_invoke();
+/// The refund script's EVALSHA for `refunds` (all on one hash slot).
+pub fn refund_cmd(refunds: &[&Refund]) -> Cmd {
+    let mut cmd = Cmd::new();
+    cmd.arg("EVALSHA").arg(REFUND.get_hash()).arg(refunds.len());
     for refund in refunds {
-        let p = &refund.op.params;
-        invocation
-            .key(refund.key.as_str())
-            .arg(p.algorithm.id())
-            .arg(p.limit)
-            .arg(p.window_ms.max(1000))
-            .arg(p.burst)
-            .arg(refund.token)
-            .arg(wire_cost(refund.op));
+        cmd.arg(refund.key.as_str());
     }
-    invocation
+    for refund in refunds {
+        refund.op.write(&mut cmd);
+        cmd.arg(refund.token);
+    }
+    cmd
 }
 
 /// One operation's reply: the decision and the refund token.
@@ -293,5 +292,53 @@ mod tests {
         let args: Vec<_> = injected.args_iter().collect();
         assert!(matches!(args[4], redis::Arg::Simple(b"1234")));
         assert!(matches!(args[5], redis::Arg::Simple(b"1")));
+    }
+
+    #[test]
+    fn refund_cmd_is_evalsha_with_the_batch_encoding_then_the_token() {
+        let ops = [op(10, 1, true), op(5, 2, false)];
+        let refunds: Vec<Refund> = ops
+            .iter()
+            .zip(["a{x}", "b{x}"])
+            .zip([7, -3])
+            .map(|((o, key), token)| Refund {
+                key: key.into(),
+                op: WireOp::new(o),
+                token,
+            })
+            .collect();
+        let refs: Vec<&Refund> = refunds.iter().collect();
+        let args: Vec<String> = refund_cmd(&refs)
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<other>".into(),
+            })
+            .collect();
+        // Per operation: the 7 values of the batch script, then the token.
+        #[rustfmt::skip]
+        let expected = [
+            "EVALSHA", REFUND.get_hash(), "2", "a{x}", "b{x}",
+            "1", "10", "60000", "10", "-1", "1", "1", "7",
+            "1", "5", "60000", "5", "-1", "2", "0", "-3",
+        ];
+        assert_eq!(args, expected);
+    }
+
+    /// The dispatch table comes from the Rust list, in id order, before the entry
+    /// point that indexes it.
+    #[test]
+    fn scripts_carry_the_generated_dispatch_table() {
+        let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+        let table = format!("local algorithms = {{ {} }}", names.join(", "));
+        for entry in [
+            include_str!("../../../lua/batch.lua"),
+            include_str!("../../../lua/refund.lua"),
+        ] {
+            let body = assemble(entry);
+            let at = body.find(&table).expect("the generated table");
+            assert!(at < body.find(entry).expect("the entry point"));
+            assert!(!entry.contains("local algorithms"), "ids have one source");
+        }
     }
 }
