@@ -9,7 +9,6 @@ use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::SPAN_TARGET;
-use crate::error::Error;
 use crate::proto::RateLimitResponse;
 use crate::proto::rate_limit_response::Code;
 
@@ -67,7 +66,10 @@ pub fn request_span(name: &'static str, domain: &str, carrier: &dyn Extractor) -
 }
 
 /// Records the answer on the request span: `decision` is ok, over_limit or error.
-pub fn record_decision(span: &tracing::Span, result: &Result<RateLimitResponse, Error>) {
+pub fn record_decision<E: std::fmt::Display>(
+    span: &tracing::Span,
+    result: &Result<RateLimitResponse, E>,
+) {
     if span.is_disabled() {
         return;
     }
