@@ -28,12 +28,12 @@
 //! 3. One entry at the end of the list below: `Variant(module)`. Appending keeps the
 //!    ids of the others (they are positions); the scripts' SHA changes either way.
 //!
-//! Then add its `*_lua_equals_the_model` case to `tests/differential.rs`, which
-//! proves the two twins agree. Config parsing, the memory store, Redis keys and
-//! scripts and `tollgate simulate` pick the algorithm up from the list; the compiler
-//! points at the one match elsewhere that names every variant (the simulator's
-//! colours, `src/simulate/svg.rs`). Config rules specific to one algorithm (like
-//! `max_delay` for the leaky bucket) live in `src/config/limit.rs`.
+//! Then add its `*_lua_equals_the_model` case to the differential test
+//! (`tests/it/differential.rs`), which proves the two twins agree. Config parsing,
+//! the memory store, Redis keys and scripts and `tollgate simulate` (its chart
+//! colours too) pick the algorithm up from the list. Config rules specific to one
+//! algorithm (like `max_delay` for the leaky bucket) live in
+//! `src/config/compile/limit.rs`.
 
 #[cfg(test)]
 pub(crate) mod testing;

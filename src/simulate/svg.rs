@@ -19,16 +19,15 @@ const SPREAD_PX: f64 = 2.0;
 const FONT: &str =
     "system-ui, -apple-system, 'Segoe UI', 'DejaVu Sans', Helvetica, Arial, sans-serif";
 
-/// Colour-blind-safe colours (Okabe-Ito), one per algorithm.
+/// Colour-blind-safe colours (Okabe-Ito, then more), in the order of the algorithm
+/// list, so a new algorithm gets the next colour without an edit here.
+const PALETTE: [&str; 8] = [
+    "#D55E00", "#E69F00", "#0072B2", "#009E73", "#CC79A7", "#6A3D9A", "#56B4E9", "#F0E442",
+];
+
+/// The algorithm's colour in the charts.
 pub fn color(algorithm: Algorithm) -> &'static str {
-    match algorithm {
-        Algorithm::FixedWindow => "#D55E00",
-        Algorithm::SlidingWindow => "#E69F00",
-        Algorithm::SlidingLog => "#0072B2",
-        Algorithm::TokenBucket => "#009E73",
-        Algorithm::Gcra => "#CC79A7",
-        Algorithm::LeakyBucket => "#6A3D9A",
-    }
+    PALETTE[usize::from(algorithm.id() - 1) % PALETTE.len()]
 }
 
 /// The whole chart of a simulation, as an SVG document.
