@@ -1,7 +1,8 @@
 //! Redis that is unreachable, slow or refuses our credentials: start-up fails with a
 //! clear message that never shows the password, and a request whose Redis work
 //! exceeds the timeout gets UNAVAILABLE promptly (never UNKNOWN, never a hang).
-//! Its own test binary, so pausing its standalone Redis disturbs no other suite.
+//! The pausing test runs on a standalone Redis of its own, so the pause disturbs no
+//! other test.
 
 use crate::common;
 
@@ -103,7 +104,7 @@ async fn wrong_password_is_reported_without_the_password() {
 
 #[tokio::test]
 async fn slow_redis_is_answered_by_failure_mode_within_the_timeout() {
-    let redis = common::redis::standalone();
+    let redis = common::redis::custom::private_standalone("failure").expect("private redis");
     let timeout = Duration::from_millis(50);
     let store = RedisStore::connect(&options(
         RedisTarget::Standalone(redis.url()),

@@ -142,8 +142,12 @@ fn cluster_keys_are_routed_to_their_masters() {
     let keys: Vec<String> = (0..24).map(|i| format!("{prefix}key{i}")).collect();
     let mut owners = BTreeSet::new();
     for (i, key) in keys.iter().enumerate() {
-        // `redis-cli -c` follows MOVED to the owner.
-        assert_eq!(cluster.cli(&["SET", key, &i.to_string()]), "OK");
+        // `redis-cli -c` follows MOVED to the owner. With a TTL, like every key on the
+        // shared cluster (`redis_concurrency::every_key_in_the_keyspace_has_a_ttl`).
+        assert_eq!(
+            cluster.cli(&["SET", key, &i.to_string(), "PX", "600000"]),
+            "OK"
+        );
         assert_eq!(cli(cluster, &["GET", key]), i.to_string());
         // The value is on the master serving the key's slot, without redirection.
         let master = cluster.master_for_key(key);

@@ -10,8 +10,9 @@
 //! - Cluster: calls per request equal the request's number of distinct hash slots,
 //!   and a `hash_tag` that puts a tenant's counters in one slot makes them one call.
 //!
-//! This binary owns its standalone server and cluster (the harness starts them per
-//! test binary), and each test works serially on its own one, so deltas are exact.
+//! Each test runs on a standalone server or a cluster of its own
+//! (`common::redis::custom`), not the shared ones, and works serially there, so the
+//! deltas are exact.
 
 use crate::common;
 
@@ -27,6 +28,7 @@ use tollgate::config::Config;
 use tollgate::limiter::{Limiter, LimiterOptions, plan};
 use tollgate::proto::RateLimitRequest;
 use tollgate::proto::rate_limit_response::Code;
+use tollgate::store::redis::connect::RedisTarget;
 use tollgate::store::redis::keys;
 
 const BENCH: &str = include_str!("../../benches/config/bench.yaml");
@@ -107,10 +109,11 @@ async fn decide_all(limiter: &Limiter, requests: &[RateLimitRequest]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_at_most_one_evalsha_per_request_and_never_eval() {
-    let redis = common::redis::standalone();
+    let redis = common::redis::custom::private_standalone("script_calls").expect("private redis");
     let ports = [redis.port()];
+    let target = RedisTarget::Standalone(redis.url());
     let store: Arc<dyn tollgate::store::Store> =
-        Arc::new(common::stores::standalone("script_calls").await);
+        Arc::new(common::stores::connect(&common::stores::options(target, "script_calls")).await);
     let limiter = Arc::new(Limiter::new(
         config(BENCH),
         store.clone(),
@@ -230,9 +233,10 @@ fn slot_groups(config: &Config, prefix: &str, request: &RateLimitRequest) -> usi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_one_evalsha_per_slot_group() {
-    let cluster = common::redis::cluster();
+    let cluster = common::redis::custom::private_cluster().expect("private cluster");
     let ports = cluster.ports();
-    let options = common::stores::options(common::stores::cluster_target(), "script_calls");
+    let options =
+        common::stores::options(RedisTarget::Cluster(cluster.seed_urls()), "script_calls");
     let prefix = options.key_prefix.clone();
     let store = common::stores::connect(&options).await;
     let bench = config(BENCH);

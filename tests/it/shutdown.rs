@@ -187,7 +187,8 @@ async fn calls_in_flight_at_sigterm_all_complete() {
     const CLIENTS: usize = 8;
     let drain = Duration::from_secs(2);
     let pause = Duration::from_secs(6);
-    let redis = common::redis::standalone();
+    // A server of this test's own: the pause below stops every writer on it.
+    let redis = common::redis::custom::private_standalone("shutdown").expect("private redis");
     let prefix = common::redis::unique_prefix("shutdown");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("sd.yaml"), YAML).unwrap();

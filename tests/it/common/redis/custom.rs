@@ -1,6 +1,8 @@
-//! Servers a test binary owns alone, built from the harness's own parts: extra
-//! standalone servers with any arguments (TLS ports, ACLs), a private cluster that a
-//! destructive test may break without disturbing the shared one, a Sentinel group
+//! Servers a test owns alone, built from the harness's own parts: extra standalone
+//! servers with any arguments (TLS ports, ACLs), a private standalone server for a
+//! test that pauses it or reads server-wide counters (`CLIENT PAUSE`, `INFO
+//! commandstats`), a private cluster that a destructive test may break without
+//! disturbing the shared one, a Sentinel group
 //! (a master, a replica, three sentinels), and killing a server by its port. All of
 //! them are stopped when the test binary exits, like the shared servers.
 
@@ -16,7 +18,7 @@ use super::cluster_setup::start_cluster;
 use super::commands::{info_field, try_cli};
 use super::launch::start_nodes;
 use super::teardown::run_root;
-use super::{HOST, POLL_INTERVAL, PROBE_TIMEOUT, RedisCluster};
+use super::{HOST, POLL_INTERVAL, PROBE_TIMEOUT, RedisCluster, RedisStandalone};
 
 /// One server started by [`start_servers`].
 #[derive(Debug, Clone)]
@@ -44,6 +46,19 @@ pub fn start_servers(kind: &str, count: usize, extra_args: &[&str]) -> Result<Ve
             dir: node.dir,
         })
         .collect())
+}
+
+/// A new standalone server of the calling test's own, with the API of the shared one
+/// ([`super::standalone()`]): for a test that pauses its server or counts its calls
+/// server-wide, which the other tests on the shared server would disturb, or be
+/// disturbed by.
+pub fn private_standalone(kind: &str) -> Result<RedisStandalone, String> {
+    let began = Instant::now();
+    let mut nodes = start_nodes(kind, 1, &[])?;
+    Ok(RedisStandalone {
+        node: nodes.remove(0),
+        startup: began.elapsed(),
+    })
 }
 
 /// A new 3-master/3-replica cluster of this test binary's own (a few seconds).
