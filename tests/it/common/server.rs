@@ -160,3 +160,18 @@ pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimit
         hits_addend: 0,
     }
 }
+
+/// Whether connections to `addr` are refused, polled for up to 2 s: a listener this
+/// process has closed may accept a moment longer, because a child process that another
+/// test of the binary is starting (redis-cli, a server) holds a copy of every
+/// descriptor of this process until its `exec`.
+pub fn refused_soon(addr: SocketAddr) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return true,
+            _ if Instant::now() >= deadline => return false,
+            _ => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
