@@ -1,6 +1,6 @@
 //! tollgate's answers beyond OK and OVER_LIMIT (README "Answers"), end to end through
 //! the real Envoy on the deployment's files, with the stack of `tests/e2e/e2e_envoy.rs`
-//! (`common::envoy::Stack`: Envoy 1.40, two `tollgate serve` replicas on the Redis
+//! (`stack::Stack`: Envoy 1.40, two `tollgate serve` replicas on the Redis
 //! Cluster, the echo upstream).
 //!
 //! Covered: shadow mode (`config/beta.yaml`, route `/beta`): over the limit the client
@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::envoy::http::{Request, Response};
-use common::envoy::start::REDIS_TIMEOUT_MS;
-use common::envoy::{Stack, Window, render};
+use crate::stack::http::{Request, Response};
+use crate::stack::{Stack, Window};
+use common::envoy::REDIS_TIMEOUT_MS;
+use common::envoy::render;
 
 /// Time a scenario may take; it waits for the next window when less is left.
 const ROOM: Duration = Duration::from_secs(15);

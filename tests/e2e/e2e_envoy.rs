@@ -2,7 +2,7 @@
 //! Envoy's ratelimit filter -> two `tollgate serve` replicas -> the Redis Cluster, with
 //! the deployment's own files: `deploy/envoy/envoy.yaml` (only addresses rewritten),
 //! `config/*.yaml`, `deploy/upstream/echo.py`. Each test runs its own stack under its
-//! own key prefix (`common::envoy::Stack`).
+//! own key prefix (`stack::Stack`).
 //!
 //! Covered: the user's acceptance check (20 parallel requests on a limit of 10 give
 //! exactly 10 x 200 and 10 x 429, both replicas answering); Envoy's DRAFT_VERSION_03
@@ -20,8 +20,9 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::envoy::http::{Request, Response};
-use common::envoy::{Stack, Window, render};
+use crate::stack::http::{Request, Response};
+use crate::stack::{Stack, Window};
+use common::envoy::render;
 
 /// Time a scenario may take; it waits for the next window when less is left.
 const ROOM: Duration = Duration::from_secs(15);
@@ -299,7 +300,7 @@ fn with_no_replica_answering_envoy_fails_open() {
 
 /// `envoy --mode validate` on a config file; panics with Envoy's output if refused.
 fn envoy_validates(path: &std::path::Path) {
-    let out = std::process::Command::new(common::envoy::envoy_binary())
+    let out = std::process::Command::new(crate::stack::envoy_binary())
         .args(["--mode", "validate", "--disable-hot-restart", "-c"])
         .arg(path)
         .output()

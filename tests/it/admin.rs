@@ -3,8 +3,6 @@
 //! generation, hash and reload state, which follow a reload), and `/healthcheck`
 //! following readiness, with grpc.health.v1 in step.
 
-use crate::common;
-
 use std::fs;
 use std::net::SocketAddr;
 use std::sync::Arc;

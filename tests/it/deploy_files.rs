@@ -16,8 +16,8 @@ use std::net::SocketAddr;
 
 use serde_json::Value;
 
+use common::envoy::REDIS_TIMEOUT_MS;
 use common::envoy::render::{cluster, envoy_yaml_path, lb_endpoints, load_yaml};
-use common::envoy::start::REDIS_TIMEOUT_MS;
 use common::process::root;
 use tollgate::settings::{DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR, DEFAULT_REDIS_TIMEOUT_MS};
 

@@ -2,13 +2,12 @@
 //! `suite::test`, e.g. `reload::sighup_reloads_tollgate_serve`), and all share
 //! [`common`], whose Redis harness starts one standalone server and one cluster for
 //! the whole binary; the suites isolate themselves by key prefix, and a test that
-//! pauses a server or counts its calls server-wide starts one of its own
-//! (`common::redis::custom`).
+//! pauses, kills or reshards a server, or counts its calls server-wide, starts one of
+//! its own (`common::redis::custom`).
 //!
 //! Only suites that need a process of their own are other binaries: `tests/e2e/`
-//! (Envoy and the Python client from the venv), `tests/redis_faults/` (Redis killed
-//! and resharded under load) and `tests/alloc_free_matching.rs` (a counting global
-//! allocator).
+//! (Envoy and the Python client from the venv) and `tests/alloc_free_matching.rs`
+//! (a counting global allocator).
 
 mod common;
 
@@ -17,6 +16,7 @@ mod answers;
 mod bench_tool;
 mod cli;
 mod cli_redis;
+mod cluster_faults;
 mod config_algorithms;
 mod config_errors;
 mod deploy_files;
@@ -36,6 +36,7 @@ mod reload;
 mod resilience;
 mod script_calls;
 mod secrets;
+mod sentinel;
 mod shaping;
 mod shutdown;
 mod simulate;

@@ -8,7 +8,6 @@
 
 use std::fs::{self, File};
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::PoisonError;
 use std::thread;
@@ -24,9 +23,6 @@ use super::{HOST, POLL_INTERVAL, PROBE_TIMEOUT, RedisCluster, RedisStandalone};
 #[derive(Debug, Clone)]
 pub struct Server {
     pub port: u16,
-    pub pid: u32,
-    /// Its working directory (`redis.log` is there).
-    pub dir: PathBuf,
 }
 
 impl Server {
@@ -40,11 +36,7 @@ impl Server {
 pub fn start_servers(kind: &str, count: usize, extra_args: &[&str]) -> Result<Vec<Server>, String> {
     Ok(start_nodes(kind, count, extra_args)?
         .into_iter()
-        .map(|node| Server {
-            port: node.port,
-            pid: node.pid,
-            dir: node.dir,
-        })
+        .map(|node| Server { port: node.port })
         .collect())
 }
 

@@ -27,13 +27,9 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-// The public helpers, reachable as `common::redis::NAME`. Each test binary uses only
-// some of them, and an unused re-export would warn like dead code (see `common`).
-#[allow(unused_imports)]
+// The public helpers, reachable as `common::redis::NAME`.
 pub use self::commands::{cli, info_field, redis_cli, redis_cli_cluster, try_redis_cli};
-#[allow(unused_imports)]
 pub use self::keys::{KeyTarget, keyslot, pttl, scan_keys, unique_prefix};
-#[allow(unused_imports)]
 pub use self::topology::{ClusterNode, cluster_nodes};
 
 use self::launch::{Node, start_nodes};

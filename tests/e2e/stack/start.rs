@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use super::guard::{Guarded, PidRecord};
 use super::http;
-use super::render::{self, Addresses};
+use super::loopback::{self, Addresses};
+use crate::common::envoy::REDIS_TIMEOUT_MS;
 use crate::common::process::{Server, root, tollgate};
 
 /// Bound for one process to become ready; generous for a busy 2-core CI.
@@ -18,13 +19,6 @@ const READY_DEADLINE: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(50);
 /// Starts on fresh ports after a lost race for a port.
 const ATTEMPTS: usize = 4;
-/// tollgate's budget for Redis work per request in these tests. 50 ms (the default
-/// once) is exceeded under bursts of 30-100 concurrent requests on a busy 2-core machine
-/// (debug and release builds alike); each such call is UNAVAILABLE, and Envoy, with
-/// failure_mode_deny: false, lets the request through uncounted. These tests check
-/// wiring and exactness, so they give Redis 500 ms, still below Envoy's 1 s timeout
-/// (deploy/envoy/envoy.yaml), which must stay above it.
-pub const REDIS_TIMEOUT_MS: u64 = 500;
 const IN_USE: &str = "in use";
 
 /// `count` distinct free loopback ports, all held until every one is chosen.
@@ -148,7 +142,7 @@ pub fn replica(nodes: &str, prefix: &str, extra: &[&str]) -> Replica {
     panic!("a tollgate replica lost the race for free ports {ATTEMPTS} times");
 }
 
-/// Envoy on `deploy/envoy/envoy.yaml`, rewritten for loopback (`render`), ready.
+/// Envoy on `deploy/envoy/envoy.yaml`, rewritten for loopback ([`loopback::render`]), ready.
 pub fn envoy(binary: &Path, dir: &Path, upstream: u16, replicas: Vec<u16>) -> (Guarded, Addresses) {
     for _ in 0..ATTEMPTS {
         let ports = free_ports(2);
@@ -159,7 +153,7 @@ pub fn envoy(binary: &Path, dir: &Path, upstream: u16, replicas: Vec<u16>) -> (G
             upstream,
         };
         let config = dir.join("envoy.json");
-        std::fs::write(&config, render::render(&addresses)).expect("write envoy.json");
+        std::fs::write(&config, loopback::render(&addresses)).expect("write envoy.json");
         let mut command = Command::new(binary);
         command
             .arg("-c")

@@ -7,21 +7,19 @@
 //! upstream an HTTP GET, Envoy's admin `/ready`. Every wait is a bounded condition.
 //! Dropping the stack kills its processes; the watchdog of [`guard`] does it if the
 //! test binary dies first. [`start`] starts each process, [`http`] is the client,
-//! [`render`] the config rewrite, [`window`] keeps scenarios inside one rate window.
+//! [`loopback`] the config rewrite, [`window`] keeps scenarios inside one rate window.
 //! Without `TOLLGATE_ENVOY` a test fails (never skips): run `scripts/test`.
 
 pub mod guard;
 pub mod http;
-pub mod render;
+pub mod loopback;
 pub mod start;
 pub mod window;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
-// Unused by test binaries without Envoy scenarios, like any shared helper.
-#[allow(unused_imports)]
 pub use self::window::Window;
 
 use self::guard::Guarded;
@@ -49,9 +47,8 @@ pub struct Stack {
     pub listener: SocketAddr,
     /// Envoy's admin interface.
     pub admin: SocketAddr,
-    /// The replicas' key prefix in Redis.
-    pub prefix: String,
-    dir: tempfile::TempDir,
+    /// Held for its lifetime: the processes' logs and the rendered config are there.
+    _dir: tempfile::TempDir,
 }
 
 impl Stack {
@@ -65,8 +62,8 @@ impl Stack {
     pub fn start_with(name: &str, replica_args: &[&str]) -> Stack {
         let envoy_bin = envoy_binary();
         let began = Instant::now();
-        let nodes = super::redis::cluster().nodes().join(",");
-        let prefix = super::redis::unique_prefix(name);
+        let nodes = crate::common::redis::cluster().nodes().join(",");
+        let prefix = crate::common::redis::unique_prefix(name);
         let dir = tempfile::Builder::new()
             .prefix(&format!("{name}-"))
             .tempdir_in(guard::run_dir())
@@ -90,8 +87,7 @@ impl Stack {
             replicas,
             listener: SocketAddr::from(([127, 0, 0, 1], addresses.listener)),
             admin: SocketAddr::from(([127, 0, 0, 1], addresses.admin)),
-            prefix,
-            dir,
+            _dir: dir,
         }
     }
 
@@ -108,11 +104,6 @@ impl Stack {
             ));
         }
         out.join("\n")
-    }
-
-    /// The stack's temporary directory (logs, rendered config).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 
     /// Sends one request through Envoy.

@@ -1,5 +1,5 @@
-//! Redis Cluster faults under load, on clusters of this binary's own (so no other
-//! suite sees them): a master is killed (its replica, whose script cache was
+//! Redis Cluster faults under load, on clusters of their own (so no other test sees
+//! them): a master is killed (its replica, whose script cache was
 //! flushed, is promoted: the first EVALSHA there meets NOSCRIPT and the fallback
 //! sends the body), and slots are resharded between masters while traffic runs
 //! (MOVED and ASK followed by the cluster client). Errors and wrong decisions are
@@ -7,7 +7,7 @@
 //! Each test prints its figures (`--nocapture`) for the README.
 
 use crate::common;
-use crate::fault_load;
+use crate::common::fault_load;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

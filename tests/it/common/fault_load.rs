@@ -3,7 +3,7 @@
 //! against what a correct limiter must say: with `limit` per key, an OK after `limit`
 //! OKs over-admits, and an OVER_LIMIT before `limit` calls could have been admitted
 //! (OKs plus errors, since an errored call may or may not have counted) under-admits.
-//! Shared by the suites of this binary, which break Redis on purpose.
+//! For the suites that break Redis on purpose (`cluster_faults`, `sentinel`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

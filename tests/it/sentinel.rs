@@ -6,7 +6,7 @@
 //! it there must be none.
 
 use crate::common;
-use crate::fault_load;
+use crate::common::fault_load;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
