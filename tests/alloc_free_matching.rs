@@ -6,6 +6,9 @@
 //!
 //! Counting is per thread (a thread-local switch), so the test harness's other
 //! threads cannot disturb it.
+//!
+//! Its own test binary: a `#[global_allocator]` is process-wide, and in the shared
+//! binary (`tests/it`) it would sit under every other suite's allocations.
 
 // A counting global allocator is unsafe by nature (GlobalAlloc is an unsafe trait).
 #![allow(unsafe_code)]

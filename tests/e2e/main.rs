@@ -1,0 +1,18 @@
+//! End to end with the programs of the Python venv that `scripts/bootstrap` builds:
+//! Envoy (`TOLLGATE_ENVOY`; `e2e_envoy`, `e2e_answers`, on the stack of [`stack`]) and
+//! the independent grpcio client (`TOLLGATE_PYTHON`; `interop_python`). Its own binary
+//! so that the main one (`tests/it`) needs nothing but Rust and redis-server, and so
+//! that the Envoy stacks (Envoy, two `tollgate serve` replicas and the echo upstream
+//! each) with their minute-aligned waits do not hold the main binary's test threads.
+
+// The main binary's support code, of which this binary uses only a part (the
+// child-process server, the shared cluster, the deployment's Envoy config, the
+// in-process server): the rest would warn here as dead code and unused re-exports.
+#[allow(dead_code, unused_imports)]
+#[path = "../it/common/mod.rs"]
+mod common;
+mod stack;
+
+mod e2e_answers;
+mod e2e_envoy;
+mod interop_python;

@@ -1,0 +1,141 @@
+//! `tollgate bench` against an in-process server on a memory store: the closed loop
+//! keeps its calls in flight and counts them, the open loop holds its offered rate,
+//! OVER_LIMIT answers are counted, and an unreachable address fails fast.
+
+use crate::common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::bench::workload::{Distribution, WorkloadSpec};
+use tollgate::bench::{self, BenchOptions, Load};
+use tollgate::limiter::LimiterOptions;
+use tollgate::store::memory::MemoryStore;
+
+use common::server::TestServer;
+
+const BENCH: &str = include_str!("../../benches/config/bench.yaml");
+
+async fn server() -> TestServer {
+    let config = tollgate::config::load_sources(&[(Path::new("bench.yaml"), BENCH)])
+        .expect("bench config loads");
+    TestServer::start(
+        config,
+        Arc::new(MemoryStore::new()),
+        LimiterOptions::default(),
+    )
+    .await
+}
+
+fn options(url: String, load: Load, descriptors: usize, keys: u64) -> BenchOptions {
+    BenchOptions {
+        url,
+        connections: 2,
+        load,
+        workload: WorkloadSpec {
+            domain: "bench".into(),
+            descriptors,
+            entry_keys: vec!["key".into()],
+            keys,
+            distribution: Distribution::Zipf(1.0),
+            hits_addend: 0,
+        },
+        warmup: Duration::from_millis(200),
+        duration: Duration::from_secs(1),
+        max_requests: None,
+        call_timeout: Duration::from_secs(5),
+        progress: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_loop_measures_answers() {
+    let server = server().await;
+    let report = bench::run(options(
+        server.url(),
+        Load::Closed { concurrency: 8 },
+        3,
+        1000,
+    ))
+    .await
+    .expect("the run completes");
+    assert!(report.answered > 50, "{report:?}");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.over_limit, 0);
+    assert!(report.rps > 0.0);
+    assert!(report.latency_ms.p50 > 0.0);
+    assert!(report.latency_ms.p50 <= report.latency_ms.p99);
+    assert!(report.latency_ms.p99 <= report.latency_ms.max);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_holds_the_rate_and_counts_over_limit() {
+    let server = server().await;
+    let mut opts = options(
+        server.url(),
+        Load::Open {
+            rate: 400.0,
+            max_in_flight: 64,
+        },
+        1,
+        100,
+    );
+    let report = bench::run(opts.clone()).await.expect("the run completes");
+    let answered = report.answered as f64;
+    // A loaded 2-core machine may stall the server; the offered rate caps the count.
+    assert!(
+        (100.0..=440.0).contains(&answered),
+        "400 req/s for 1 s answered {answered}: {report:?}"
+    );
+    assert_eq!(report.rate, Some(400.0));
+    assert_eq!(report.over_limit, 0);
+
+    // Two billion hits per request exceed the rule's billion per second: all denied.
+    opts.workload.hits_addend = 2_000_000_000;
+    let report = bench::run(opts).await.expect("the run completes");
+    assert!(report.answered > 0);
+    assert_eq!(report.over_limit, report.answered, "{report:?}");
+    assert!((report.over_limit_share - 1.0).abs() < 1e-9);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_server_fails_fast() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    let started = std::time::Instant::now();
+    let result = bench::run(options(
+        format!("http://{addr}"),
+        Load::Closed { concurrency: 1 },
+        1,
+        1,
+    ))
+    .await;
+    assert!(result.is_err(), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(6));
+}
+
+#[test]
+fn bounds_are_enforced() {
+    let mut opts = options(
+        "http://127.0.0.1:1".into(),
+        Load::Closed { concurrency: 1 },
+        1,
+        1,
+    );
+    assert!(opts.validate().is_ok());
+    opts.duration = Duration::from_secs(4000);
+    assert!(opts.validate().is_err());
+    opts.duration = Duration::from_secs(1);
+    opts.workload.descriptors = 65;
+    assert!(opts.validate().is_err());
+    opts.workload.descriptors = 1;
+    opts.load = Load::Open {
+        rate: 0.0,
+        max_in_flight: 1,
+    };
+    assert!(opts.validate().is_err());
+}

@@ -1,0 +1,16 @@
+//! Shared integration-test support: an in-process tollgate server on port 0
+//! ([`server`]), `tollgate serve` as a child process ([`process`]), real
+//! `redis-server` processes, standalone and cluster ([`redis`]), stores on them
+//! ([`stores`]), load for the fault tests ([`fault_load`]), the deployment's Envoy
+//! config ([`envoy`]) and test certificates ([`tls_certs`]).
+//!
+//! The `it` binary uses all of it; the other test binaries include it with `#[path]`
+//! and use only part of it (they say so where they include it).
+
+pub mod envoy;
+pub mod fault_load;
+pub mod process;
+pub mod redis;
+pub mod server;
+pub mod stores;
+pub mod tls_certs;

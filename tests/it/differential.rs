@@ -1,0 +1,230 @@
+//! The Lua scripts against the Rust models: for every algorithm, at least 10,000
+//! random operations (costs including check-only and impossible ones, batches with
+//! repeated counters and shadow operations, time standing still, creeping and
+//! jumping) go through `lua/batch.lua` on a real Redis, with the time injected, and
+//! through the memory store (the Rust models) on a manual clock. Each script call
+//! carries 1 to 4 requests as segments (some of them dry runs), as the standalone
+//! batcher sends them; the model decides them one after the other. Every decision
+//! must agree exactly: allowed, remaining, reset, retry-after and shaping delay.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use tollgate::algorithm::{Algorithm, Decision, Params};
+use tollgate::clock::ManualClock;
+use tollgate::store::memory::MemoryStore;
+use tollgate::store::redis::scripts::{self, Segment, WireOp};
+use tollgate::store::{CounterKey, CounterOp};
+
+const OPERATIONS_PER_ALGORITHM: usize = 10_000;
+
+/// SplitMix64: deterministic, so a failure names a seed that reproduces it.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn params(algorithm: Algorithm, rng: &mut Rng) -> Params {
+    let limit = [1, 3, 7, 20][rng.below(4) as usize];
+    let window_ms = [1_000, 60_000, 3_600_000][rng.below(3) as usize];
+    let burst = if algorithm.uses_burst() {
+        [1, limit, 2 * limit + 1][rng.below(3) as usize]
+    } else {
+        limit
+    };
+    let max_delay_ms =
+        (algorithm == Algorithm::LeakyBucket && rng.below(2) == 0).then_some(window_ms / 3);
+    Params {
+        algorithm,
+        limit,
+        window_ms,
+        burst,
+        max_delay_ms,
+    }
+}
+
+fn counter(algorithm: Algorithm, name: String, p: &Params) -> CounterKey {
+    CounterKey {
+        domain: Arc::from("differential"),
+        rule: Arc::from(name.as_str()),
+        entries: vec![],
+        algorithm,
+        window_secs: p.window_ms / 1000,
+        hash_tag: None,
+    }
+}
+
+fn cost(rng: &mut Rng, p: &Params) -> u64 {
+    match rng.below(20) {
+        0..=1 => 0,
+        2..=4 => 2 + rng.below(3),
+        5 => p.burst.max(p.limit) + 1,
+        6 if rng.below(10) == 0 => u64::MAX,
+        _ => 1,
+    }
+}
+
+fn step(rng: &mut Rng, p: &Params) -> u64 {
+    let interval = (p.window_ms / p.limit).max(1);
+    match rng.below(10) {
+        0..=2 => 0,
+        3..=5 => rng.below(interval),
+        6..=7 => rng.below(interval * 3),
+        8 => rng.below(p.window_ms),
+        _ => rng.below(3 * p.window_ms),
+    }
+}
+
+async fn run(algorithm: Algorithm, seed: u64) {
+    let redis = common::redis::standalone();
+    let client = redis::Client::open(redis.url()).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    // The calls below are EVALSHA, as in production: the script must be loaded.
+    let _: String = scripts::BATCH
+        .prepare_invoke()
+        .load_async(&mut conn)
+        .await
+        .expect("SCRIPT LOAD");
+    let prefix = common::redis::unique_prefix(&format!("differential_{}", algorithm.name()));
+    let mut rng = Rng(seed);
+    let start = 1_764_000_000_000 + rng.below(1_000_000);
+    let clock = Arc::new(ManualClock::new(start));
+    let model = MemoryStore::with_clock(clock.clone());
+
+    let mut now = start;
+    let mut done = 0;
+    let mut disagreements = Vec::new();
+    let mut round = 0;
+    while done < OPERATIONS_PER_ALGORITHM {
+        // A fresh pair of counters with fresh parameters every few hundred operations.
+        let p = params(algorithm, &mut rng);
+        let keys = [0, 1].map(|i| counter(algorithm, format!("r{round}c{i}"), &p));
+        round += 1;
+        for _ in 0..300 {
+            now += step(&mut rng, &p);
+            clock.set_millis(now);
+            // One script call carrying 1 to 4 requests (segments), as the batcher
+            // sends them; the model decides the same requests one after the other.
+            let requests: Vec<Vec<CounterOp>> = (0..1 + rng.below(4))
+                .map(|_| {
+                    (0..1 + rng.below(3))
+                        .map(|_| CounterOp {
+                            key: keys[rng.below(2) as usize].clone(),
+                            params: p,
+                            cost: cost(&mut rng, &p),
+                            vetoes: rng.below(5) != 0,
+                        })
+                        .collect()
+                })
+                .collect();
+            // Now and then a request is a dry run (decide, write nothing), as the
+            // limiter sends when another store call already denied it.
+            let dry: Vec<bool> = requests.iter().map(|_| rng.below(8) == 0).collect();
+            let expected: Vec<Decision> = requests
+                .iter()
+                .zip(&dry)
+                .flat_map(|(ops, &dry)| {
+                    if dry {
+                        model.dry_run_now(ops)
+                    } else {
+                        model.decide_now(ops)
+                    }
+                })
+                .collect();
+            let redis_keys: Vec<Vec<String>> = requests
+                .iter()
+                .map(|ops| {
+                    ops.iter()
+                        .map(|op| format!("{prefix}{}", op.key.rule))
+                        .collect()
+                })
+                .collect();
+            let wire: Vec<Vec<WireOp>> = requests
+                .iter()
+                .map(|ops| ops.iter().map(WireOp::new).collect())
+                .collect();
+            let segments: Vec<Segment<'_, String>> = redis_keys
+                .iter()
+                .zip(&wire)
+                .zip(&dry)
+                .map(|((keys, ops), &dry_run)| Segment { keys, ops, dry_run })
+                .collect();
+            let n = expected.len();
+            let values: Vec<i64> = scripts::batch_cmd(&segments, Some(now))
+                .query_async(&mut conn)
+                .await
+                .expect("batch script runs");
+            let got: Vec<Decision> = scripts::parse_batch_reply(&values, n)
+                .expect("well-formed reply")
+                .into_iter()
+                .map(|r| r.decision)
+                .collect();
+            if got != expected && disagreements.len() < 5 {
+                let shape: Vec<Vec<_>> = requests
+                    .iter()
+                    .map(|ops| {
+                        ops.iter()
+                            .map(|o| (o.key.rule.to_string(), o.cost, o.vetoes))
+                            .collect()
+                    })
+                    .collect();
+                let shape: Vec<_> = shape.into_iter().zip(&dry).collect();
+                disagreements.push(format!(
+                    "at {now} (seed {seed}, op {done}) params {p:?} requests {shape:?}:\n  model {expected:?}\n  lua   {got:?}"
+                ));
+            }
+            done += n;
+        }
+    }
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreed:\n{}",
+        algorithm.name(),
+        disagreements.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn fixed_window_lua_equals_the_model() {
+    run(Algorithm::FixedWindow, 1).await;
+}
+
+#[tokio::test]
+async fn sliding_window_lua_equals_the_model() {
+    run(Algorithm::SlidingWindow, 2).await;
+}
+
+#[tokio::test]
+async fn sliding_log_lua_equals_the_model() {
+    run(Algorithm::SlidingLog, 3).await;
+}
+
+#[tokio::test]
+async fn token_bucket_lua_equals_the_model() {
+    run(Algorithm::TokenBucket, 4).await;
+}
+
+#[tokio::test]
+async fn gcra_lua_equals_the_model() {
+    run(Algorithm::Gcra, 5).await;
+}
+
+#[tokio::test]
+async fn leaky_bucket_lua_equals_the_model() {
+    run(Algorithm::LeakyBucket, 6).await;
+}

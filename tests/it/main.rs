@@ -1,0 +1,45 @@
+//! tollgate's integration tests, one binary: each suite is a module (a test is named
+//! `suite::test`, e.g. `reload::sighup_reloads_tollgate_serve`), and all share
+//! [`common`], whose Redis harness starts one standalone server and one cluster for
+//! the whole binary; the suites isolate themselves by key prefix, and a test that
+//! pauses, kills or reshards a server, or counts its calls server-wide, starts one of
+//! its own (`common::redis::custom`).
+//!
+//! Only suites that need a process of their own are other binaries: `tests/e2e/`
+//! (Envoy and the Python client from the venv) and `tests/alloc_free_matching.rs`
+//! (a counting global allocator).
+
+mod common;
+
+mod admin;
+mod answers;
+mod bench_tool;
+mod cli;
+mod cli_redis;
+mod cluster_faults;
+mod config_algorithms;
+mod config_errors;
+mod deploy_files;
+mod differential;
+mod grpc;
+mod http_json;
+mod limiter;
+mod matching;
+mod memory_usage;
+mod metrics;
+mod ratelimit_env;
+mod redis_concurrency;
+mod redis_failure;
+mod redis_harness;
+mod redis_tls;
+mod reload;
+mod resilience;
+mod script_calls;
+mod secrets;
+mod sentinel;
+mod shaping;
+mod shutdown;
+mod simulate;
+mod store_contract;
+mod tls;
+mod tracing_otlp;

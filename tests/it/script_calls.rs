@@ -1,0 +1,306 @@
+//! One script round trip per slot group, proven by Redis itself: `INFO commandstats`
+//! before and after N requests through a `Limiter` on a `RedisStore`.
+//!
+//! - Standalone: N sequential single-descriptor requests are exactly N `EVALSHA`
+//!   calls (1.0 per request); a 10-descriptor request is still one call; concurrent
+//!   requests share calls (the batcher merges what queues while calls are in flight:
+//!   fewer calls than requests, every request still decided exactly); `EVAL` is never
+//!   used (the script body crosses the network only through `SCRIPT LOAD`, at
+//!   start-up or after NOSCRIPT).
+//! - Cluster: calls per request equal the request's number of distinct hash slots,
+//!   and a `hash_tag` that puts a tenant's counters in one slot makes them one call.
+//!
+//! Each test runs on a standalone server or a cluster of its own
+//! (`common::redis::custom`), not the shared ones, and works serially there, so the
+//! deltas are exact.
+
+use crate::common;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use redis::cluster_routing::Slot;
+
+use common::server::{descriptor, request};
+use tollgate::config::Config;
+use tollgate::limiter::{Limiter, LimiterOptions, plan};
+use tollgate::proto::RateLimitRequest;
+use tollgate::proto::rate_limit_response::Code;
+use tollgate::store::redis::connect::RedisTarget;
+use tollgate::store::redis::keys;
+
+const BENCH: &str = include_str!("../../benches/config/bench.yaml");
+
+fn config(yaml: &str) -> Config {
+    tollgate::config::load_sources(&[(Path::new("test.yaml"), yaml)])
+        .unwrap_or_else(|errors| panic!("config does not load: {errors}"))
+}
+
+/// `calls=` of each command in `INFO commandstats`, for the commands we watch.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Calls {
+    evalsha: u64,
+    eval: u64,
+    script_load: u64,
+}
+
+impl std::ops::Sub for Calls {
+    type Output = Calls;
+    fn sub(self, before: Calls) -> Calls {
+        Calls {
+            evalsha: self.evalsha - before.evalsha,
+            eval: self.eval - before.eval,
+            script_load: self.script_load - before.script_load,
+        }
+    }
+}
+
+fn calls(ports: &[u16]) -> Calls {
+    let mut total = Calls::default();
+    for &port in ports {
+        let info = common::redis::redis_cli(port, &["INFO", "commandstats"]);
+        for line in info.lines() {
+            let Some((name, stats)) = line.trim_end_matches('\r').split_once(':') else {
+                continue;
+            };
+            let count = stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            match name {
+                "cmdstat_evalsha" => total.evalsha += count,
+                "cmdstat_eval" => total.eval += count,
+                "cmdstat_script|load" => total.script_load += count,
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
+/// A request with one descriptor per value, `key=<value>` each.
+/// 3 a day: a window no test run straddles in practice.
+const EXACT: &str = "
+domain: exact
+descriptors:
+  - key: key
+    rate_limit: { unit: day, requests_per_unit: 3 }
+";
+
+fn values_request(values: &[String]) -> RateLimitRequest {
+    request(
+        "bench",
+        values
+            .iter()
+            .map(|v| descriptor(&[("key", v.as_str())]))
+            .collect(),
+    )
+}
+
+async fn decide_all(limiter: &Limiter, requests: &[RateLimitRequest]) {
+    for r in requests {
+        let response = limiter.should_rate_limit(r).await.expect("decides");
+        assert_eq!(response.overall_code, Code::Ok as i32);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_at_most_one_evalsha_per_request_and_never_eval() {
+    let redis = common::redis::custom::private_standalone("script_calls").expect("private redis");
+    let ports = [redis.port()];
+    let target = RedisTarget::Standalone(redis.url());
+    let store: Arc<dyn tollgate::store::Store> =
+        Arc::new(common::stores::connect(&common::stores::options(target, "script_calls")).await);
+    let limiter = Arc::new(Limiter::new(
+        config(BENCH),
+        store.clone(),
+        LimiterOptions::default(),
+    ));
+    let exact = Arc::new(Limiter::new(
+        config(EXACT),
+        store,
+        LimiterOptions::default(),
+    ));
+    const N: u64 = 200;
+
+    // Sequential single-descriptor requests.
+    let requests: Vec<_> = (0..N)
+        .map(|i| values_request(&[format!("seq{i}")]))
+        .collect();
+    let before = calls(&ports);
+    decide_all(&limiter, &requests).await;
+    let delta = calls(&ports) - before;
+    assert_eq!(
+        delta.evalsha, N,
+        "EVALSHA calls for {N} requests: {delta:?}"
+    );
+    assert_eq!(
+        delta.eval, 0,
+        "the script body was sent with EVAL: {delta:?}"
+    );
+    assert_eq!(delta.script_load, 0, "a script was reloaded: {delta:?}");
+
+    // 64 at a time: requests queued behind calls in flight share one call, and each
+    // is still decided on its own. Every key here is limited to 3 per day
+    // (`limited`), hit 4 times at once: exactly 3 OK per key, whatever the batching.
+    let before = calls(&ports);
+    let mut ok = 0;
+    for chunk in (0..N).collect::<Vec<_>>().chunks(64) {
+        let answers = join_all(chunk.iter().map(|i| {
+            let limiter = exact.clone();
+            let r = request(
+                "exact",
+                vec![descriptor(&[("key", &format!("par{}", i / 4))])],
+            );
+            async move { limiter.should_rate_limit(&r).await.expect("decides") }
+        }))
+        .await;
+        ok += answers
+            .iter()
+            .filter(|a| a.overall_code == Code::Ok as i32)
+            .count();
+    }
+    let delta = calls(&ports) - before;
+    assert_eq!(ok as u64, N / 4 * 3, "3 of every 4 hits on a key pass");
+    assert!(
+        (1..N).contains(&delta.evalsha),
+        "concurrent requests share calls: {delta:?} for {N} requests"
+    );
+    assert_eq!(delta.eval, 0);
+    eprintln!(
+        "FIGURES {N} requests, 64 at a time: {} EVALSHA ({:.2} per request)",
+        delta.evalsha,
+        delta.evalsha as f64 / N as f64
+    );
+
+    // Ten descriptors, one server: one script decides them all.
+    let requests: Vec<_> = (0..20)
+        .map(|i| values_request(&(0..10).map(|d| format!("multi{i}-{d}")).collect::<Vec<_>>()))
+        .collect();
+    let before = calls(&ports);
+    decide_all(&limiter, &requests).await;
+    let delta = calls(&ports) - before;
+    assert_eq!(delta.evalsha, 20, "10-descriptor requests: {delta:?}");
+
+    // A server that lost its scripts (restart, failover) answers NOSCRIPT: the body
+    // goes over once with SCRIPT LOAD, never with EVAL.
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    let before = calls(&ports);
+    decide_all(&limiter, &[values_request(&["after-flush".into()])]).await;
+    decide_all(&limiter, &[values_request(&["after-flush-2".into()])]).await;
+    let delta = calls(&ports) - before;
+    assert_eq!(delta.eval, 0, "after SCRIPT FLUSH: {delta:?}");
+    assert_eq!(delta.script_load, 1, "after SCRIPT FLUSH: {delta:?}");
+    // The NOSCRIPT attempt, its retry, then the second request.
+    assert_eq!(delta.evalsha, 3, "after SCRIPT FLUSH: {delta:?}");
+}
+
+const TENANTS: &str = "
+domain: tenants
+hash_tag: [tenant_id]
+descriptors:
+  - key: tenant_id
+    rate_limit: { unit: second, requests_per_unit: 1000000000 }
+    descriptors:
+      - key: user
+        rate_limit: { unit: second, requests_per_unit: 1000000000 }
+      - key: route
+        rate_limit: { unit: second, requests_per_unit: 1000000000 }
+";
+
+/// Distinct hash slots of the counters `request` touches, from tollgate's own keys.
+fn slot_groups(config: &Config, prefix: &str, request: &RateLimitRequest) -> usize {
+    let domain = config.domain(&request.domain).expect("known domain");
+    let mut slots = HashSet::new();
+    for (i, d) in request.descriptors.iter().enumerate() {
+        if let plan::Plan::Limited {
+            limits,
+            rule,
+            shared,
+            ..
+        } = plan::resolve(domain, i, d).expect("resolves")
+        {
+            for limit in limits.as_slice() {
+                let key = plan::counter_key(&domain.name, rule, d, shared, limit);
+                slots.insert(Slot::for_key(keys::encode(prefix, &key).as_bytes()));
+            }
+        }
+    }
+    slots.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_one_evalsha_per_slot_group() {
+    let cluster = common::redis::custom::private_cluster().expect("private cluster");
+    let ports = cluster.ports();
+    let options =
+        common::stores::options(RedisTarget::Cluster(cluster.seed_urls()), "script_calls");
+    let prefix = options.key_prefix.clone();
+    let store = common::stores::connect(&options).await;
+    let bench = config(BENCH);
+    let tenants = config(TENANTS);
+    let limiter = Limiter::new(
+        tollgate::config::load_sources(&[
+            (Path::new("bench.yaml"), BENCH),
+            (Path::new("tenants.yaml"), TENANTS),
+        ])
+        .expect("configs load"),
+        Arc::new(store),
+        LimiterOptions::default(),
+    );
+
+    for descriptors in [1usize, 3, 10] {
+        let requests: Vec<_> = (0..30)
+            .map(|i| {
+                values_request(
+                    &(0..descriptors)
+                        .map(|d| format!("c{descriptors}-{i}-{d}"))
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        let expected: usize = requests
+            .iter()
+            .map(|r| slot_groups(&bench, &prefix, r))
+            .sum();
+        let before = calls(&ports);
+        decide_all(&limiter, &requests).await;
+        let delta = calls(&ports) - before;
+        assert_eq!(
+            delta.evalsha, expected as u64,
+            "{descriptors} descriptor(s): one EVALSHA per slot group ({delta:?})"
+        );
+        assert_eq!(delta.eval, 0);
+        if descriptors == 1 {
+            assert_eq!(expected, 30, "one descriptor is one slot group");
+        } else {
+            assert!(expected > 30, "{descriptors} descriptors spread over slots");
+        }
+    }
+
+    // hash_tag: a tenant's three counters share a slot, so one call decides them.
+    let requests: Vec<_> = (0..30)
+        .map(|i| {
+            let tenant = format!("t{i}");
+            request(
+                "tenants",
+                vec![
+                    descriptor(&[("tenant_id", &tenant)]),
+                    descriptor(&[("tenant_id", &tenant), ("user", "u1")]),
+                    descriptor(&[("tenant_id", &tenant), ("route", "/a")]),
+                ],
+            )
+        })
+        .collect();
+    for r in &requests {
+        assert_eq!(slot_groups(&tenants, &prefix, r), 1);
+    }
+    let before = calls(&ports);
+    decide_all(&limiter, &requests).await;
+    let delta = calls(&ports) - before;
+    assert_eq!(delta.evalsha, 30, "hash-tagged tenant requests: {delta:?}");
+    assert_eq!(delta.eval, 0);
+}
