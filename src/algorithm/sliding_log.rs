@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use super::{Decision, Model, Params};
 
 /// The largest `requests_per_unit` a sliding_log rule may have. Redis stores each hit
-/// as a sorted-set member: measured with `MEMORY USAGE` (tests/memory_usage.rs), a full
+/// as a sorted-set member: measured with `MEMORY USAGE` (tests/it/memory_usage.rs), a full
 /// log costs about 120 bytes per hit, 1.2 MB at 10,000; beyond that one busy client
 /// could cost many megabytes, and every decision reads the whole log.
 pub const MAX_LIMIT: u64 = 10_000;
