@@ -152,10 +152,11 @@ fuzz_target!(|data: &[u8]| {
     let name: Arc<str> = domain.name.clone();
     let mut seen: HashMap<String, CounterKey> = HashMap::new();
     for (resolved, descriptor) in resolved.iter().zip(&request.descriptors) {
-        let plan::Resolved::Limited {
+        let plan::Plan::Limited {
             limits,
             rule,
             shared,
+            ..
         } = resolved
         else {
             continue;
