@@ -138,9 +138,15 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
     let health = Arc::new(Health::new(true));
     let _probe = (settings.redis.is_some() && settings.health_check_redis)
         .then(|| AbortOnDrop(health::spawn_probe(store.clone(), health.clone())));
-    let listeners = Listeners::bind(settings.grpc_addr, settings.http_addr)
+    let mut listeners = Listeners::bind(settings.grpc_addr, settings.http_addr)
         .await
         .map_err(ServeError::Bind)?;
+    if let Some(debug) = settings.debug_addr {
+        listeners = listeners
+            .bind_debug(debug)
+            .await
+            .map_err(ServeError::Bind)?;
+    }
     let options = ServeOptions {
         health,
         reload: status,

@@ -45,14 +45,22 @@ fn descriptor(name: &str) -> MessageDescriptor {
         .unwrap_or_else(|| panic!("embedded descriptor set lacks {name}"))
 }
 
-/// The admin router; `/json` accepts any method, as envoyproxy/ratelimit's does.
+/// The HTTP port's own routes; `/json` accepts any method, as envoyproxy/ratelimit's
+/// does. The config views ([`config_views`]) join them unless `--debug-addr` gives
+/// them a port of their own.
 pub fn router(state: AdminState) -> Router {
     Router::new()
         .route("/healthcheck", get(healthcheck))
         .route("/json", any(json_check))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+/// `/rlconfig` and `/config.json`: what is configured, for operators only.
+pub fn config_views(state: AdminState) -> Router {
+    Router::new()
         .route("/rlconfig", get(rlconfig))
         .route("/config.json", get(config_json))
-        .route("/metrics", get(metrics))
         .with_state(state)
 }
 

@@ -8,7 +8,8 @@
 //! connections are refused) and the calls in flight finish.
 //!
 //! With [`ServeOptions::tls`] the gRPC port speaks TLS (mTLS with a client CA); see
-//! [`tls`]. The HTTP admin port stays plain.
+//! [`tls`]. The HTTP admin port stays plain. With a debug listener
+//! ([`Listeners::bind_debug`]) the config views move there, off the HTTP port.
 
 pub mod admin;
 pub mod config_view;
@@ -29,10 +30,10 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
+use self::admin::AdminState;
 use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::proto::FILE_DESCRIPTOR_SET;
-use crate::server::admin::AdminState;
 use crate::server::grpc::RateLimitGrpc;
 use crate::server::health::{Health, HealthState};
 use crate::server::reload::ReloadStatus;
@@ -58,10 +59,14 @@ const HEALTH_NAMES: [&str; 3] = [
     "envoy.service.ratelimit.v3.RateLimitService",
 ];
 
-/// The two bound sockets, so callers learn the real ports before serving.
+/// The bound sockets, so callers learn the real ports before serving.
 pub struct Listeners {
     pub grpc: TcpListener,
     pub http: TcpListener,
+    /// Set by [`Listeners::bind_debug`]: the config views are served here, and not on
+    /// the HTTP port, so they can be bound to loopback while `/json` and `/metrics`
+    /// stay reachable.
+    pub debug: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -75,7 +80,21 @@ impl Listeners {
         Ok(Self {
             grpc: grpc_listener,
             http: http_listener,
+            debug: None,
         })
+    }
+
+    /// Binds the debug port (`--debug-addr`), which takes the config views.
+    pub async fn bind_debug(mut self, debug: SocketAddr) -> Result<Self, Error> {
+        let listener = TcpListener::bind(debug)
+            .await
+            .map_err(|e| Error::io(format!("cannot bind debug address {debug}"), e))?;
+        self.debug = Some(listener);
+        Ok(self)
+    }
+
+    pub fn debug_addr(&self) -> Option<SocketAddr> {
+        self.debug.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -116,6 +135,7 @@ where
 {
     let grpc_addr = listeners.grpc_addr();
     let http_addr = listeners.http_addr();
+    let debug_addr = listeners.debug_addr();
     let grpc_tls = match &options.tls {
         Some(tls) if tls.mutual() => "mtls",
         Some(_) => "tls",
@@ -188,15 +208,41 @@ where
         health: options.health,
         reload: options.reload,
     };
-    let http = axum::serve(listeners.http, crate::server::admin::router(admin))
-        .with_graceful_shutdown(stopped());
+    let (http_router, debug_router) = match listeners.debug {
+        Some(_) => (
+            admin::router(admin.clone()),
+            Some(admin::config_views(admin)),
+        ),
+        None => (
+            admin::router(admin.clone()).merge(admin::config_views(admin)),
+            None,
+        ),
+    };
+    let http = axum::serve(listeners.http, http_router).with_graceful_shutdown(stopped());
+    let debug = async {
+        match (listeners.debug, debug_router) {
+            (Some(listener), Some(router)) => {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(stopped())
+                    .await
+            }
+            _ => Ok(()),
+        }
+    };
 
-    tracing::info!(grpc = %grpc_addr, http = %http_addr, grpc_tls, "tollgate serving");
-    let (grpc_result, http_result) = tokio::join!(grpc, http);
+    tracing::info!(
+        grpc = %grpc_addr,
+        http = %http_addr,
+        debug = debug_addr.map(|a| a.to_string()),
+        grpc_tls,
+        "tollgate serving"
+    );
+    let (grpc_result, http_result, debug_result) = tokio::join!(grpc, http, debug);
     follower.abort();
     drainer.abort();
     grpc_result?;
     http_result.map_err(|e| Error::io("HTTP server", e))?;
+    debug_result.map_err(|e| Error::io("debug HTTP server", e))?;
     tracing::info!(event = "shutdown_finished", "every call answered; stopped");
     Ok(())
 }

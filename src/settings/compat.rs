@@ -6,14 +6,6 @@
 
 /// Set but without effect: `serve` logs each one found, with its reason, at start-up.
 pub const IGNORED: &[(&str, &str)] = &[
-    (
-        "DEBUG_HOST",
-        "there is no debug port: /rlconfig is on the HTTP port",
-    ),
-    (
-        "DEBUG_PORT",
-        "there is no debug port: /rlconfig is on the HTTP port",
-    ),
     ("USE_STATSD", "statsd is not supported"),
     ("STATSD_HOST", "statsd is not supported"),
     ("STATSD_PORT", "statsd is not supported"),

@@ -17,6 +17,9 @@ pub struct ServeFlags {
     /// HTTP listen address for /healthcheck, /json, /rlconfig, /config.json, /metrics [default: $HOST:$PORT, else 0.0.0.0:8080]
     #[arg(long)]
     pub http_addr: Option<String>,
+    /// Serve the config views (/rlconfig, /config.json) on this address instead of the HTTP port, e.g. 127.0.0.1:6070 [default: $DEBUG_HOST:$DEBUG_PORT when DEBUG_PORT is set, else on the HTTP port]
+    #[arg(long)]
+    pub debug_addr: Option<String>,
     /// Answer OK overall even when over a limit (also $SHADOW_MODE)
     #[arg(long)]
     pub shadow_mode: bool,

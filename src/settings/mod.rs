@@ -23,6 +23,8 @@ use crate::store::redis::connect::RedisOptions;
 /// Default config location when neither `--config` nor `RUNTIME_ROOT` is given.
 pub const DEFAULT_CONFIG: &str = "config";
 pub const DEFAULT_GRPC_ADDR: &str = "0.0.0.0:8081";
+/// envoyproxy/ratelimit's debug port, for `DEBUG_HOST` / `DEBUG_PORT`.
+pub const DEFAULT_DEBUG_ADDR: &str = "0.0.0.0:6070";
 pub const DEFAULT_HTTP_ADDR: &str = "0.0.0.0:8080";
 /// Budget for one request's Redis work. Not "well under Envoy's 20 ms" as first
 /// designed: a burst of 300 simultaneous calls on one hot key measured 7-15 ms warm and
@@ -50,6 +52,8 @@ pub struct ServeSettings {
     pub config: PathBuf,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// Where the config views are served apart from the HTTP port (`None`: on it).
+    pub debug_addr: Option<SocketAddr>,
     pub shadow_mode: bool,
     /// `None`: the in-memory store (limits per process).
     pub redis: Option<RedisOptions>,
@@ -139,12 +143,25 @@ impl ServeSettings {
             DEFAULT_HTTP_ADDR,
             "--http-addr / HOST:PORT",
         )?;
+        // envoyproxy/ratelimit always serves /rlconfig on its debug port (6070); here it
+        // is opt-in, so a deployment that sets nothing keeps everything on one port.
+        let debug_addr = match (&flags.debug_addr, var("DEBUG_PORT")) {
+            (None, None) => None,
+            (flag, port) => Some(address(
+                flag.clone(),
+                var("DEBUG_HOST"),
+                port,
+                DEFAULT_DEBUG_ADDR,
+                "--debug-addr / DEBUG_HOST:DEBUG_PORT",
+            )?),
+        };
         let shadow_mode = flags.shadow_mode || flag_bool("SHADOW_MODE", false)?;
         let redis = redis::redis_options(flags, &var)?;
         Ok(Self {
             config,
             grpc_addr,
             http_addr,
+            debug_addr,
             shadow_mode,
             redis,
             drain: Duration::from_secs_f64(drain_seconds),

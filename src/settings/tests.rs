@@ -221,10 +221,36 @@ fn settings_that_cannot_be_honoured_are_refused_and_ignored_ones_listed() {
         &[
             ("CONFIG_TYPE", "FILE"),
             ("USE_STATSD", "false"),
-            ("DEBUG_PORT", "6070"),
+            ("STATSD_PORT", "8125"),
         ],
     )
     .unwrap();
     let names: Vec<&str> = s.ignored.iter().map(|(name, _)| *name).collect();
-    assert_eq!(names, ["DEBUG_PORT", "USE_STATSD"]);
+    assert_eq!(names, ["STATSD_PORT", "USE_STATSD"]);
+}
+
+#[test]
+fn config_views_move_to_the_debug_port_only_when_asked() {
+    let s = resolve(ServeFlags::default(), &[]).unwrap();
+    assert_eq!(s.debug_addr, None, "off unless asked");
+    let s = resolve(ServeFlags::default(), &[("DEBUG_PORT", "6070")]).unwrap();
+    assert_eq!(s.debug_addr, Some("0.0.0.0:6070".parse().unwrap()));
+    let s = resolve(
+        ServeFlags::default(),
+        &[("DEBUG_HOST", "127.0.0.1"), ("DEBUG_PORT", "7000")],
+    )
+    .unwrap();
+    assert_eq!(s.debug_addr, Some("127.0.0.1:7000".parse().unwrap()));
+    let flags = ServeFlags {
+        debug_addr: Some("127.0.0.1:6071".into()),
+        ..ServeFlags::default()
+    };
+    let s = resolve(flags, &[("DEBUG_PORT", "7000")]).unwrap();
+    assert_eq!(
+        s.debug_addr,
+        Some("127.0.0.1:6071".parse().unwrap()),
+        "the flag wins"
+    );
+    let err = resolve(ServeFlags::default(), &[("DEBUG_PORT", "nope")]).unwrap_err();
+    assert!(err.to_string().contains("DEBUG_PORT"), "{err}");
 }

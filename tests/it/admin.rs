@@ -1,4 +1,5 @@
-//! The admin endpoints on the HTTP port: `GET /rlconfig` (envoyproxy/ratelimit's text,
+//! The admin endpoints on the HTTP port (the config views on a debug port instead,
+//! when one is bound): `GET /rlconfig` (envoyproxy/ratelimit's text,
 //! one line per limit, extensions appended), `GET /config.json` (domains, rules,
 //! generation, hash and reload state, which follow a reload), and `/healthcheck`
 //! following readiness, with grpc.health.v1 in step.
@@ -43,6 +44,8 @@ descriptors:
 
 struct Admin {
     http: SocketAddr,
+    /// The debug port, when the config views were moved there.
+    debug: Option<SocketAddr>,
     grpc: SocketAddr,
     health: Arc<Health>,
     reloader: Arc<Reloader>,
@@ -51,6 +54,11 @@ struct Admin {
 }
 
 async fn start() -> Admin {
+    start_with(false).await
+}
+
+/// `debug_port`: the config views on a debug listener of their own (`--debug-addr`).
+async fn start_with(debug_port: bool) -> Admin {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("login.yaml"), LOGIN).unwrap();
     fs::write(dir.path().join("api.yaml"), API).unwrap();
@@ -69,8 +77,15 @@ async fn start() -> Admin {
     ));
     let health = Arc::new(Health::default());
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let listeners = Listeners::bind(any, any).await.unwrap();
-    let (http, grpc) = (listeners.http_addr(), listeners.grpc_addr());
+    let mut listeners = Listeners::bind(any, any).await.unwrap();
+    if debug_port {
+        listeners = listeners.bind_debug(any).await.unwrap();
+    }
+    let (http, grpc, debug) = (
+        listeners.http_addr(),
+        listeners.grpc_addr(),
+        listeners.debug_addr(),
+    );
     let (tx, rx) = oneshot::channel::<()>();
     let options = ServeOptions {
         health: health.clone(),
@@ -83,6 +98,7 @@ async fn start() -> Admin {
     }));
     Admin {
         http,
+        debug,
         grpc,
         health,
         reloader,
@@ -114,6 +130,39 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
         })
         .unwrap_or_default();
     (status, content_type, body.to_owned())
+}
+
+#[tokio::test]
+async fn a_debug_port_takes_the_config_views_off_the_http_port() {
+    let admin = start_with(true).await;
+    let debug = admin.debug.expect("a debug listener");
+    for path in ["/rlconfig", "/config.json"] {
+        assert_eq!(get(debug, path).await.0, 200, "{path} on the debug port");
+        assert_eq!(
+            get(admin.http, path).await.0,
+            404,
+            "{path} off the HTTP port"
+        );
+    }
+    for path in ["/healthcheck", "/metrics"] {
+        assert_eq!(
+            get(admin.http, path).await.0,
+            200,
+            "{path} on the HTTP port"
+        );
+        assert_eq!(
+            get(debug, path).await.0,
+            404,
+            "{path} not on the debug port"
+        );
+    }
+    let without = start().await;
+    assert_eq!(without.debug, None);
+    assert_eq!(
+        get(without.http, "/rlconfig").await.0,
+        200,
+        "on the HTTP port by default"
+    );
 }
 
 #[tokio::test]
