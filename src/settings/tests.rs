@@ -226,7 +226,7 @@ fn settings_that_cannot_be_honoured_are_refused_and_ignored_ones_listed() {
     )
     .unwrap();
     let names: Vec<&str> = s.ignored.iter().map(|(name, _)| *name).collect();
-    assert_eq!(names, ["STATSD_PORT", "USE_STATSD"]);
+    assert_eq!(names, ["USE_STATSD", "STATSD_PORT"]);
 }
 
 #[test]
