@@ -154,9 +154,13 @@ pub async fn run(options: BenchOptions) -> Result<Report, String> {
             (recorder, unsent, max_in_flight, Some(rate), "open")
         }
     };
+    // The measured window as it happened: a request budget may end the load before
+    // the window does, and the rates must be per second of this, not of the window.
+    let stopped = Instant::now().min(window.end);
+    let measured = stopped.saturating_duration_since(window.measure_from);
     if let Some(task) = progress {
         task.abort();
-        eprintln!();
+        let _ = writeln!(std::io::stderr());
     }
     let spec = &options.workload;
     let setup = Setup {
@@ -170,6 +174,8 @@ pub async fn run(options: BenchOptions) -> Result<Report, String> {
         distribution: spec.distribution.to_string(),
         warmup: options.warmup,
         duration: options.duration,
+        measured,
+        domain: spec.domain.clone(),
     };
     Ok(Report::new(setup, &recorder, unsent))
 }

@@ -16,8 +16,10 @@ const MAX_LATENCY_NS: u64 = 120_000_000_000;
 /// How one call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// The server answered; `over_limit` when its overall code was OVER_LIMIT.
-    Answered { over_limit: bool },
+    /// The server answered; `over_limit` when its overall code was OVER_LIMIT,
+    /// `limited` when any descriptor status carried a `current_limit` (none does for
+    /// an unknown domain or a descriptor no rule matches: nothing was measured).
+    Answered { over_limit: bool, limited: bool },
     /// A gRPC error (client-side timeouts are `DeadlineExceeded`).
     Failed(tonic::Code),
 }
@@ -27,6 +29,7 @@ impl Outcome {
         match result {
             Ok(response) => Outcome::Answered {
                 over_limit: response.overall_code == Code::OverLimit as i32,
+                limited: response.statuses.iter().any(|s| s.current_limit.is_some()),
             },
             Err(status) => Outcome::Failed(status.code()),
         }
@@ -39,6 +42,8 @@ pub struct Recorder {
     pub latency: Histogram<u64>,
     pub answered: u64,
     pub over_limit: u64,
+    /// Answers in which no descriptor carried a limit.
+    pub without_limit: u64,
     /// Errors by gRPC code (index = code as i32, 0..=16).
     pub errors: [u64; 17],
 }
@@ -50,6 +55,7 @@ impl Default for Recorder {
                 .expect("valid histogram bounds"),
             answered: 0,
             over_limit: 0,
+            without_limit: 0,
             errors: [0; 17],
         }
     }
@@ -60,9 +66,13 @@ impl Recorder {
     /// errors are only counted (a fast refusal must not flatter the percentiles).
     pub fn record(&mut self, outcome: Outcome, latency: Duration) {
         match outcome {
-            Outcome::Answered { over_limit } => {
+            Outcome::Answered {
+                over_limit,
+                limited,
+            } => {
                 self.answered += 1;
                 self.over_limit += u64::from(over_limit);
+                self.without_limit += u64::from(!limited);
                 let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
                 self.latency.saturating_record(ns.clamp(1, MAX_LATENCY_NS));
             }
@@ -78,6 +88,7 @@ impl Recorder {
         let _ = self.latency.add(&other.latency);
         self.answered += other.answered;
         self.over_limit += other.over_limit;
+        self.without_limit += other.without_limit;
         for (mine, theirs) in self.errors.iter_mut().zip(other.errors) {
             *mine += theirs;
         }
@@ -106,10 +117,12 @@ impl Live {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.completed.fetch_add(1, Ordering::Relaxed);
         match outcome {
-            Outcome::Answered { over_limit: true } => {
+            Outcome::Answered {
+                over_limit: true, ..
+            } => {
                 self.over_limit.fetch_add(1, Ordering::Relaxed);
             }
-            Outcome::Answered { over_limit: false } => {}
+            Outcome::Answered { .. } => {}
             Outcome::Failed(_) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -140,11 +153,17 @@ mod tests {
     fn records_and_merges() {
         let mut a = Recorder::default();
         a.record(
-            Outcome::Answered { over_limit: false },
+            Outcome::Answered {
+                over_limit: false,
+                limited: true,
+            },
             Duration::from_micros(100),
         );
         a.record(
-            Outcome::Answered { over_limit: true },
+            Outcome::Answered {
+                over_limit: true,
+                limited: false,
+            },
             Duration::from_micros(300),
         );
         let mut b = Recorder::default();
@@ -155,6 +174,7 @@ mod tests {
         a.merge(&b);
         assert_eq!(a.answered, 2);
         assert_eq!(a.over_limit, 1);
+        assert_eq!(a.without_limit, 1);
         assert_eq!(a.errors[tonic::Code::Unavailable as usize], 1);
         assert_eq!(a.error_count(), 1);
         assert_eq!(a.latency.len(), 2);

@@ -33,10 +33,14 @@ pub struct Report {
     pub keys: u64,
     pub distribution: String,
     pub warmup_s: f64,
+    /// The measured window as it happened (wall time): shorter than asked when
+    /// `--requests` ran out first.
     pub duration_s: f64,
+    /// The measured window asked for (`--duration`).
+    pub requested_duration_s: f64,
     /// Calls that completed inside the measured window (answered or failed).
     pub requests: u64,
-    /// Completed calls per second of the measured window.
+    /// Completed calls per second of measured wall time.
     pub rps: f64,
     /// Answered calls per second (the throughput that counts).
     pub ok_rps: f64,
@@ -44,6 +48,10 @@ pub struct Report {
     pub over_limit: u64,
     /// OVER_LIMIT answers / answered calls.
     pub over_limit_share: f64,
+    /// Answers in which no descriptor carried a limit (unknown domain, no rule).
+    pub answers_without_limit: u64,
+    /// Set when the run measured nothing worth having (no answer carried a limit).
+    pub warning: Option<String>,
     /// Errors by gRPC code name.
     pub errors: BTreeMap<String, u64>,
     /// Open loop: requests whose intended send time passed but that were never sent
@@ -63,7 +71,28 @@ pub struct Setup {
     pub keys: u64,
     pub distribution: String,
     pub warmup: Duration,
+    /// The measured window asked for.
     pub duration: Duration,
+    /// The measured window as it happened: from the end of the warm-up to when the
+    /// load stopped (the window's end, or earlier when the request budget ran out).
+    pub measured: Duration,
+    /// The request domain (named in the warning).
+    pub domain: String,
+}
+
+/// Seconds, to the millisecond.
+fn round_ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+/// Every answer came back without a limit: the server counted nothing, so the figures
+/// measure a lookup that found no rule, not rate limiting.
+fn no_limit_warning(domain: &str) -> String {
+    format!(
+        "no answer carried a limit: domain '{domain}' is unknown to the server or no rule \
+         matches the descriptors sent (--entry-keys), so nothing was rate limited and these \
+         figures do not measure counting; pick a domain and keys the server's config limits"
+    )
 }
 
 fn ms(ns: u64) -> f64 {
@@ -72,7 +101,7 @@ fn ms(ns: u64) -> f64 {
 
 impl Report {
     pub fn new(setup: Setup, recorder: &Recorder, unsent: u64) -> Self {
-        let secs = setup.duration.as_secs_f64().max(1e-9);
+        let secs = setup.measured.as_secs_f64().max(1e-9);
         let requests = recorder.answered + recorder.error_count();
         let h = &recorder.latency;
         let q = |quantile: f64| {
@@ -99,7 +128,8 @@ impl Report {
             keys: setup.keys,
             distribution: setup.distribution,
             warmup_s: setup.warmup.as_secs_f64(),
-            duration_s: setup.duration.as_secs_f64(),
+            duration_s: round_ms(setup.measured),
+            requested_duration_s: setup.duration.as_secs_f64(),
             requests,
             rps: (requests as f64 / secs).round(),
             ok_rps: (recorder.answered as f64 / secs).round(),
@@ -110,6 +140,9 @@ impl Report {
             } else {
                 recorder.over_limit as f64 / recorder.answered as f64
             },
+            answers_without_limit: recorder.without_limit,
+            warning: (recorder.answered > 0 && recorder.without_limit == recorder.answered)
+                .then(|| no_limit_warning(&setup.domain)),
             errors,
             unsent,
             latency_ms: Latency {
@@ -149,7 +182,7 @@ impl Report {
         let mut out = format!(
             "target       {} ({load}, {} connection(s))\n\
              workload     {} descriptor(s)/request, {} keys, {}\n\
-             measured     {:.1}s after {:.1}s warm-up\n\
+             measured     {:.3}s after {:.1}s warm-up{}\n\
              requests     {} ({} req/s, {} answered/s)\n\
              latency ms   p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  mean {:.3}\n\
              over limit   {} ({:.2}%)\n\
@@ -161,6 +194,14 @@ impl Report {
             self.distribution,
             self.duration_s,
             self.warmup_s,
+            if self.duration_s + 0.001 < self.requested_duration_s {
+                format!(
+                    " (stopped by the request budget; {:.1}s asked)",
+                    self.requested_duration_s
+                )
+            } else {
+                String::new()
+            },
             self.requests,
             self.rps,
             self.ok_rps,
@@ -178,6 +219,9 @@ impl Report {
                 "unsent       {} (the in-flight bound was reached: offered rate too high)\n",
                 self.unsent
             ));
+        }
+        if let Some(warning) = &self.warning {
+            out.push_str(&format!("WARNING      {warning}\n"));
         }
         out
     }
@@ -210,6 +254,7 @@ mod tests {
             recorder.record(
                 Outcome::Answered {
                     over_limit: i % 4 == 0,
+                    limited: true,
                 },
                 Duration::from_micros(i * 10),
             );
@@ -228,7 +273,9 @@ mod tests {
             keys: 10,
             distribution: "uniform".into(),
             warmup: Duration::from_secs(1),
-            duration: Duration::from_secs(2),
+            duration: Duration::from_secs(100),
+            measured: Duration::from_secs(2),
+            domain: "bench".into(),
         };
         let report = Report::new(setup, &recorder, 0);
         assert_eq!(report.requests, 101);
@@ -243,8 +290,13 @@ mod tests {
             report.latency_ms
         );
         assert!((report.latency_ms.p99 - 0.99).abs() < 0.01);
+        assert_eq!(report.duration_s, 2.0);
+        assert_eq!(report.requested_duration_s, 100.0);
+        assert_eq!(report.warning, None);
         let text = report.render();
         assert!(text.contains("p99 0.99"), "{text}");
+        assert!(text.contains("measured     2.000s"), "{text}");
+        assert!(text.contains("100.0s asked"), "{text}");
         assert!(text.contains("DeadlineExceeded=1"), "{text}");
         let json = serde_json::to_value(&report).expect("serializes");
         assert_eq!(

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::out;
 use crate::bench::workload::{Distribution, WorkloadSpec};
 use crate::bench::{self, BenchOptions, Load};
 
@@ -115,27 +116,35 @@ pub async fn run(args: BenchArgs) -> ExitCode {
     let options = match args.options() {
         Ok(options) => options,
         Err(e) => {
-            eprintln!("tollgate bench: {e}");
+            out::eprintln(&format!("tollgate bench: {e}"));
             return ExitCode::from(2);
         }
     };
     match bench::run(options).await {
         Ok(report) => {
-            if args.json {
+            let text = if args.json {
                 match serde_json::to_string(&report) {
-                    Ok(json) => println!("{json}"),
+                    Ok(json) => json + "\n",
                     Err(e) => {
-                        eprintln!("tollgate bench: {e}");
+                        out::eprintln(&format!("tollgate bench: {e}"));
                         return ExitCode::FAILURE;
                     }
                 }
             } else {
-                print!("{}", report.render());
+                report.render()
+            };
+            // Also on stderr, where a run piped into a file or `jq` still shows it.
+            if let Some(warning) = &report.warning {
+                out::eprintln(&format!("tollgate bench: WARNING: {warning}"));
             }
-            ExitCode::SUCCESS
+            if out::print_or_report("bench", &text) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
         }
         Err(e) => {
-            eprintln!("tollgate bench: {e}");
+            out::eprintln(&format!("tollgate bench: {e}"));
             ExitCode::FAILURE
         }
     }

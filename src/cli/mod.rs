@@ -1,9 +1,12 @@
-//! The command line: `serve`, `validate`, `check`, `simulate` and `bench`. Each subcommand
-//! lives in its own file; [`run`] turns its outcome into the process exit code, and
-//! `main.rs` only parses and dispatches.
+//! The command line: `serve`, `validate`, `check`, `inspect`, `simulate` and `bench`.
+//! Each subcommand lives in its own file; [`run`] turns its outcome into the process
+//! exit code, and `main.rs` only parses and dispatches. Every write to stdout or
+//! stderr goes through [`out`], so a closed pipe never panics.
 
 pub mod bench;
 pub mod check;
+pub mod inspect;
+pub mod out;
 pub mod serve;
 pub mod simulate;
 pub mod validate;
@@ -33,8 +36,10 @@ pub enum Command {
         /// A YAML file or a directory of them.
         path: PathBuf,
     },
-    /// Ask a running server for a decision and print it as a table.
+    /// Ask a running server for a decision and print it as a table; exit 0 OK, 1 OVER_LIMIT, 2 error.
     Check(check::CheckArgs),
+    /// Show the counters a request would touch, read from Redis without consuming.
+    Inspect(inspect::InspectArgs),
     /// Replay a traffic pattern through the algorithm models; print a table, draw an SVG.
     Simulate(simulate::SimulateArgs),
     /// Load any ShouldRateLimit server; report throughput and latency percentiles.
@@ -48,12 +53,13 @@ pub async fn run(cli: Cli) -> ExitCode {
             // A failure while serving was logged where it happened.
             Err(e @ serve::ServeError::Serve(_)) => e.exit_code(),
             Err(e) => {
-                eprintln!("tollgate: {e}");
+                out::eprintln(&format!("tollgate: {e}"));
                 e.exit_code()
             }
         },
         Command::Validate { path } => validate::run(&path),
         Command::Check(args) => check::run(args).await,
+        Command::Inspect(args) => inspect::run(args).await,
         Command::Simulate(args) => simulate::run(args),
         Command::Bench(args) => bench::run(args).await,
     }

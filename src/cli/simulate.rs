@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use super::out;
 use crate::algorithm::Algorithm;
 use crate::config::Unit;
 use crate::config::diagnostics::parse_duration;
@@ -82,18 +83,25 @@ pub struct SimulateArgs {
 pub fn run(args: SimulateArgs) -> ExitCode {
     match simulate(&args) {
         Ok(sim) => {
-            print!("{}", table::render(&sim));
+            let mut text = table::render(&sim);
             if let Some(path) = &args.svg {
                 if let Err(e) = std::fs::write(path, svg::render(&sim)) {
-                    eprintln!("tollgate simulate: cannot write {}: {e}", path.display());
+                    out::eprintln(&format!(
+                        "tollgate simulate: cannot write {}: {e}",
+                        path.display()
+                    ));
                     return ExitCode::FAILURE;
                 }
-                println!("chart: {}", path.display());
+                text.push_str(&format!("chart: {}\n", path.display()));
             }
-            ExitCode::SUCCESS
+            if out::print_or_report("simulate", &text) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
         }
         Err(message) => {
-            eprintln!("tollgate simulate: {message}");
+            out::eprintln(&format!("tollgate simulate: {message}"));
             ExitCode::FAILURE
         }
     }

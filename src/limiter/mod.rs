@@ -116,10 +116,13 @@ impl Limiter {
         };
         let plan = plan::build(domain, request, descriptors, global_shadow);
 
-        let (decisions, local) = self.count(domain, &request.domain, &plan.ops).await?;
+        let (decisions, local, fell_back) = self.count(domain, &request.domain, &plan.ops).await?;
         observe::count_rules(&self.metrics, &plan, &decisions, &local, global_shadow);
 
-        let answer = answer::build(request, domain, &plan, &decisions, &self.options);
+        let mut answer = answer::build(request, domain, &plan, &decisions, &self.options);
+        if let Some(mode) = fell_back {
+            answer::mark_fallback(&mut answer.response, mode);
+        }
         match answer.hold {
             Hold::None => {}
             Hold::Tarpit(rule, tarpit) => {
@@ -132,25 +135,26 @@ impl Limiter {
 
     /// One decision per operation, from the store; when the store cannot decide, from
     /// the domain's `failure_mode`. Also returns the indices of the operations the
-    /// local over-limit cache answered.
+    /// local over-limit cache answered, and the failure mode that decided instead of
+    /// the store, if one did (the answer says so).
     async fn count(
         &self,
         domain: Option<&Domain>,
         domain_name: &str,
         ops: &[CounterOp],
-    ) -> Result<(Vec<Decision>, Vec<usize>), Error> {
+    ) -> Result<(Vec<Decision>, Vec<usize>, Option<FailureMode>), Error> {
         let mut local = Vec::new();
         if ops.is_empty() {
-            return Ok((Vec::new(), local));
+            return Ok((Vec::new(), local, None));
         }
-        let decisions = match self.store.decide_noting_local(ops, &mut local).await {
-            Ok(decisions) => decisions,
+        match self.store.decide_noting_local(ops, &mut local).await {
+            Ok(decisions) => Ok((decisions, local, None)),
             Err(error) => {
                 let mode = domain.map_or(FailureMode::default(), |d| d.failure_mode);
                 self.metrics.fallback(mode);
-                self.fallback.decide(mode, ops, error, domain_name)?
+                let decisions = self.fallback.decide(mode, ops, error, domain_name)?;
+                Ok((decisions, local, Some(mode)))
             }
-        };
-        Ok((decisions, local))
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! `tollgate bench` against an in-process server on a memory store: the closed loop
 //! keeps its calls in flight and counts them, the open loop holds its offered rate,
-//! OVER_LIMIT answers are counted, and an unreachable address fails fast.
+//! OVER_LIMIT answers are counted, a run cut short by `--requests` reports its true
+//! duration and rate, a domain the server does not limit is warned about, and an
+//! unreachable address fails fast.
 
 use crate::common;
 
@@ -98,6 +100,56 @@ async fn open_loop_holds_the_rate_and_counts_over_limit() {
     assert!(report.answered > 0);
     assert_eq!(report.over_limit, report.answered, "{report:?}");
     assert!((report.over_limit_share - 1.0).abs() < 1e-9);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_budget_reports_the_measured_time_and_rate() {
+    let server = server().await;
+    let mut opts = options(server.url(), Load::Closed { concurrency: 4 }, 1, 100);
+    opts.warmup = Duration::ZERO;
+    opts.duration = Duration::from_secs(100);
+    opts.max_requests = Some(300);
+    let started = std::time::Instant::now();
+    let report = bench::run(opts).await.expect("the run completes");
+    let wall = started.elapsed().as_secs_f64();
+    assert_eq!(report.requests, 300, "{report:?}");
+    assert_eq!(report.requested_duration_s, 100.0);
+    // The measured time is the run's, not the window asked for.
+    assert!(
+        report.duration_s > 0.0 && report.duration_s <= wall + 0.001,
+        "measured {} s of a {wall} s run",
+        report.duration_s
+    );
+    let rate = 300.0 / report.duration_s;
+    assert!(
+        (report.rps - rate).abs() <= 1.0,
+        "{} req/s reported, {rate} measured",
+        report.rps
+    );
+    assert!(
+        report.render().contains("100.0s asked"),
+        "{}",
+        report.render()
+    );
+    assert_eq!(report.warning, None, "the bench domain limits every key");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_without_limits_is_warned_about() {
+    let server = server().await;
+    let mut opts = options(server.url(), Load::Closed { concurrency: 2 }, 1, 10);
+    opts.warmup = Duration::ZERO;
+    opts.max_requests = Some(50);
+    opts.workload.domain = "not-configured".into();
+    let report = bench::run(opts).await.expect("the run completes");
+    assert_eq!(report.answers_without_limit, report.answered, "{report:?}");
+    let warning = report.warning.clone().expect("a warning");
+    assert!(warning.contains("domain 'not-configured'"), "{warning}");
+    assert!(report.render().contains("WARNING"), "{}", report.render());
+    let json = serde_json::to_value(&report).expect("serializes");
+    assert_eq!(json["warning"], serde_json::json!(warning));
     server.stop().await;
 }
 

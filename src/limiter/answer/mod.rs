@@ -13,7 +13,7 @@ pub use self::headers::{
 use super::LimiterOptions;
 use super::plan::{Plan, RequestPlan, rule_name};
 use crate::algorithm::Decision;
-use crate::config::{Domain, Limit, Rule, Tarpit};
+use crate::config::{Domain, FailureMode, Limit, Rule, Tarpit};
 use crate::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::CounterOp;
@@ -169,6 +169,35 @@ fn report<'a>(
     };
     (status, report)
 }
+
+/// Marks an answer decided by the domain's `failure_mode` because the store could not
+/// decide: `dynamic_metadata` gets `{"tollgate": {"fallback": "<mode>"}}`. Envoy only
+/// copies that Struct into the request's dynamic metadata (for access logs), so the
+/// decision it enforces is unchanged; `tollgate check` prints it. Only fallback answers
+/// pay for the allocation.
+pub(super) fn mark_fallback(response: &mut RateLimitResponse, mode: FailureMode) {
+    use prost_types::{Struct, Value, value::Kind};
+    let text = |s: &str| Value {
+        kind: Some(Kind::StringValue(s.to_owned())),
+    };
+    let inner = Struct {
+        fields: [(FALLBACK_FIELD.to_owned(), text(mode.name()))].into(),
+    };
+    let metadata = response
+        .dynamic_metadata
+        .get_or_insert_with(Struct::default);
+    metadata.fields.insert(
+        METADATA_NAMESPACE.to_owned(),
+        Value {
+            kind: Some(Kind::StructValue(inner)),
+        },
+    );
+}
+
+/// The `dynamic_metadata` key tollgate's own marks live under.
+pub const METADATA_NAMESPACE: &str = "tollgate";
+/// Under [`METADATA_NAMESPACE`]: the failure mode that answered instead of the store.
+pub const FALLBACK_FIELD: &str = "fallback";
 
 /// An OK status with no `current_limit` (no limit, or `unlimited`).
 fn ok_status(remaining: u32) -> DescriptorStatus {

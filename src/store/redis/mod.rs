@@ -7,6 +7,7 @@
 mod batcher;
 mod cluster;
 pub mod connect;
+pub mod inspect;
 pub mod keys;
 pub mod scripts;
 

@@ -1,0 +1,186 @@
+//! `tollgate inspect`: the counters one request would touch, read from Redis without
+//! consuming anything (the non-consuming check upstream users ask for, and what
+//! limitador's `/counters` shows). The request is planned exactly as the limiter plans
+//! it (`limiter::plan`), so the keys are the ones `serve` writes; the store side is
+//! `store::redis::inspect`. Redis and the config are found as `serve` finds them:
+//! flags, then envoyproxy/ratelimit's variables. Exit 0 after printing, 2 on errors.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::check::parse_descriptor;
+use super::out;
+use crate::config::{self, Limit};
+use crate::limiter::{bounds, plan};
+use crate::proto::{RateLimitDescriptor, RateLimitRequest};
+use crate::settings::{ServeFlags, ServeSettings};
+use crate::store::redis::connect::RedisOptions;
+use crate::store::redis::inspect::{self, CounterState};
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    #[arg(long)]
+    pub domain: String,
+    /// One descriptor as k=v[,k=v...]; repeat for several descriptors
+    #[arg(long = "descriptor", required = true)]
+    pub descriptors: Vec<String>,
+    /// Config file or directory the server runs [default: as serve: $RUNTIME_ROOT/..., else config/]
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Standalone Redis [default: $REDIS_URL]
+    #[arg(long)]
+    pub redis_url: Option<String>,
+    /// Redis Cluster seed nodes: host:port,host:port,... [default: $REDIS_URL with $REDIS_TYPE=cluster]
+    #[arg(long)]
+    pub redis_cluster: Option<String>,
+    /// Redis Sentinel: name,host:port,... [default: $REDIS_URL with $REDIS_TYPE=sentinel]
+    #[arg(long, value_name = "NAME,HOST:PORT,...")]
+    pub redis_sentinel: Option<String>,
+    /// Prefix of every Redis key, as the server's [default: $CACHE_KEY_PREFIX]
+    #[arg(long)]
+    pub key_prefix: Option<String>,
+    /// Give up after this many milliseconds
+    #[arg(long, default_value_t = 5000)]
+    pub timeout_ms: u64,
+}
+
+pub async fn run(args: InspectArgs) -> ExitCode {
+    match inspect(&args).await {
+        Ok(text) if out::print_or_report("inspect", &text) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(2),
+        Err(e) => {
+            out::eprintln(&format!("tollgate inspect: {e}"));
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn inspect(args: &InspectArgs) -> Result<String, String> {
+    let (config_path, redis) = settings(args)?;
+    let config = config::load_path(&config_path).map_err(|errors| {
+        let all: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
+        format!(
+            "{}: config errors:\n{}",
+            config_path.display(),
+            all.join("\n")
+        )
+    })?;
+    let descriptors = args
+        .descriptors
+        .iter()
+        .map(|d| parse_descriptor(d))
+        .collect::<Result<Vec<RateLimitDescriptor>, _>>()?;
+    let request = RateLimitRequest {
+        domain: args.domain.clone(),
+        descriptors,
+        hits_addend: 0,
+    };
+    bounds::validate(&request).map_err(|e| e.to_string())?;
+    let Some(domain) = config.domain(&request.domain) else {
+        return Ok(format!(
+            "domain '{}' is not in {}: no counter (the server answers OK without a limit)\n",
+            request.domain,
+            config_path.display()
+        ));
+    };
+    let planned = plan::resolve_all(Some(domain), &request).map_err(|e| e.to_string())?;
+    let plan = plan::build(Some(domain), &request, planned, false);
+    let states = if plan.ops.is_empty() {
+        Vec::new()
+    } else {
+        let read = inspect::read(&redis, &plan.ops);
+        tokio::time::timeout(Duration::from_millis(args.timeout_ms), read)
+            .await
+            .map_err(|_| format!("Redis did not answer within {} ms", args.timeout_ms))?
+            .map_err(|e| e.to_string())?
+    };
+    Ok(render(&request, &plan, &states))
+}
+
+/// Where the config and Redis are, resolved by `serve`'s own rules.
+fn settings(args: &InspectArgs) -> Result<(PathBuf, RedisOptions), String> {
+    let flags = ServeFlags {
+        config: args.config.clone(),
+        redis_url: args.redis_url.clone(),
+        redis_cluster: args.redis_cluster.clone(),
+        redis_sentinel: args.redis_sentinel.clone(),
+        key_prefix: args.key_prefix.clone(),
+        ..ServeFlags::default()
+    };
+    let env = |name: &str| std::env::var(name).ok();
+    let settings = ServeSettings::resolve(&flags, &env).map_err(|e| e.to_string())?;
+    let mut redis = settings.redis.ok_or(
+        "counters live in Redis: give --redis-url, --redis-cluster or --redis-sentinel \
+         (or REDIS_URL); a server on the memory store keeps them inside its own process",
+    )?;
+    // A one-off read, not a request on the hot path: the whole budget is the user's.
+    redis.timeout = Duration::from_millis(args.timeout_ms.max(1));
+    Ok((settings.config, redis))
+}
+
+/// One block per counter, under its descriptor.
+fn render(
+    request: &RateLimitRequest,
+    plan: &plan::RequestPlan<'_>,
+    states: &[CounterState],
+) -> String {
+    let mut text = String::new();
+    for (descriptor, planned) in request.descriptors.iter().zip(&plan.descriptors) {
+        let entries: Vec<String> = descriptor
+            .entries
+            .iter()
+            .map(|e| format!("{}={}", e.key, e.value))
+            .collect();
+        let _ = writeln!(text, "descriptor {}", entries.join(","));
+        let (limits, rule, range) = match planned {
+            plan::Plan::NoLimit => {
+                let _ = writeln!(
+                    text,
+                    "  no limit: no rule of domain '{}' matches (nothing is counted)",
+                    request.domain
+                );
+                continue;
+            }
+            plan::Plan::Unlimited => {
+                let _ = writeln!(text, "  unlimited (nothing is counted)");
+                continue;
+            }
+            plan::Plan::Limited {
+                limits, rule, ops, ..
+            } => (limits.as_slice(), *rule, ops.clone()),
+        };
+        for (limit, state) in limits.iter().zip(&states[range]) {
+            counter(&mut text, plan::rule_name(rule), limit, state);
+        }
+    }
+    text
+}
+
+fn counter(text: &mut String, rule: &str, limit: &Limit, state: &CounterState) {
+    let ms = |d: Duration| format!("{:.3}s", d.as_secs_f64());
+    let _ = writeln!(text, "  counter   {}", state.key);
+    let _ = writeln!(text, "    rule      {rule}");
+    let _ = writeln!(text, "    algorithm {}", limit.algorithm.name());
+    let _ = writeln!(text, "    limit     {limit}");
+    let _ = writeln!(
+        text,
+        "    state     {}",
+        state
+            .stored
+            .as_deref()
+            .unwrap_or("no key (never counted, or expired)")
+    );
+    let _ = writeln!(text, "    remaining {}", state.now.remaining);
+    let _ = writeln!(text, "    reset     {}", ms(state.now.reset_after));
+    let _ = writeln!(
+        text,
+        "    ttl       {}",
+        state
+            .ttl_ms
+            .map_or("-".to_owned(), |t| ms(Duration::from_millis(t)))
+    );
+}

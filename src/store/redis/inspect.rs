@@ -1,0 +1,106 @@
+//! Reading counters without consuming them (`tollgate inspect`): what each counter
+//! still admits, from the batch script's dry run at cost 0 (it decides and writes
+//! nothing; sliding_log's load only trims hits that already left the window), then
+//! its key encoded exactly as the store encodes it, its stored state read with plain
+//! reads in the layout its Lua script keeps (`lua/<algorithm>.lua`), and its PTTL.
+
+use redis::AsyncCommands;
+
+use super::connect::{self, RedisOptions};
+use super::{RedisStore, keys};
+use crate::algorithm::{Algorithm, Decision};
+use crate::store::{CounterOp, Store, StoreError};
+
+/// One counter as Redis holds it now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterState {
+    /// The Redis key (prefix and hash tag included).
+    pub key: String,
+    /// The stored state in words (`count 3 in the window from ...`); `None`: no key
+    /// (never counted, or expired: the same thing to every algorithm).
+    pub stored: Option<String>,
+    /// The key's time to live in milliseconds; `None` without a key or a TTL.
+    pub ttl_ms: Option<u64>,
+    /// What a check-only request would be told now: remaining and reset.
+    pub now: Decision,
+}
+
+/// Reads every counter `ops` would touch. The operations' costs are ignored (each is
+/// read as a check of cost 0), so nothing is consumed.
+pub async fn read(
+    options: &RedisOptions,
+    ops: &[CounterOp],
+) -> Result<Vec<CounterState>, StoreError> {
+    // The dry run first: after its trim, a sliding log's ZCARD counts live hits only.
+    let checks: Vec<CounterOp> = ops
+        .iter()
+        .map(|op| CounterOp {
+            cost: 0,
+            ..op.clone()
+        })
+        .collect();
+    let decisions = RedisStore::connect(options).await?.dry_run(&checks).await?;
+    let mut connection = connect::connect(options)
+        .await
+        .map_err(StoreError::Unavailable)?;
+    let unavailable = |e: redis::RedisError| StoreError::Unavailable(connect::describe(&e));
+    let mut states = Vec::with_capacity(ops.len());
+    for (op, now) in ops.iter().zip(decisions) {
+        let key = keys::encode(&options.key_prefix, &op.key);
+        // Plain reads, one key at a time: on a cluster each routes by its own slot.
+        let stored = match op.key.algorithm {
+            Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::TokenBucket => {
+                let fields: Vec<(String, String)> =
+                    connection.hgetall(&key).await.map_err(unavailable)?;
+                (!fields.is_empty()).then(|| describe_hash(op.key.algorithm, &fields))
+            }
+            Algorithm::SlidingLog => {
+                let hits: u64 = connection.zcard(&key).await.map_err(unavailable)?;
+                (hits > 0).then(|| format!("{hits} hit(s) in the window"))
+            }
+            Algorithm::Gcra | Algorithm::LeakyBucket => {
+                let value: Option<String> = connection.get(&key).await.map_err(unavailable)?;
+                value.map(|v| match op.key.algorithm {
+                    Algorithm::Gcra => format!("theoretical arrival time {v} (unix ms)"),
+                    _ => format!("queue drains at {v} (unix ms)"),
+                })
+            }
+        };
+        // PTTL: -2 no key, -1 no expiry (never written so by tollgate).
+        let pttl: i64 = connection.pttl(&key).await.map_err(unavailable)?;
+        states.push(CounterState {
+            key,
+            stored,
+            ttl_ms: u64::try_from(pttl).ok(),
+            now,
+        });
+    }
+    Ok(states)
+}
+
+/// A hash-shaped state in words, by the field names its script uses.
+fn describe_hash(algorithm: Algorithm, fields: &[(String, String)]) -> String {
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or("?", |(_, v)| v.as_str())
+    };
+    match algorithm {
+        // fixed_window.lua: {w = window start (unix s), c = hits in it}
+        Algorithm::FixedWindow => format!(
+            "count {} in the window from {} (unix s)",
+            field("c"),
+            field("w")
+        ),
+        // sliding_window.lua: {s = window start (unix ms), p = previous, c = current}
+        Algorithm::SlidingWindow => format!(
+            "count {} in the window from {} (unix ms), {} in the one before",
+            field("c"),
+            field("s"),
+            field("p")
+        ),
+        // token_bucket.lua: {t = tokens, a = when t was computed (unix ms)}
+        _ => format!("tokens {} as of {} (unix ms)", field("t"), field("a")),
+    }
+}
