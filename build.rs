@@ -48,10 +48,10 @@ fn stamp_commit() {
     let mut watched = vec!["HEAD".to_owned()];
     watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));
     for what in watched {
-        if let Some(path) = git(&["rev-parse", "--git-path", &what]) {
-            if std::path::Path::new(&path).exists() {
-                println!("cargo:rerun-if-changed={path}");
-            }
+        if let Some(path) = git(&["rev-parse", "--git-path", &what])
+            && std::path::Path::new(&path).exists()
+        {
+            println!("cargo:rerun-if-changed={path}");
         }
     }
 }

@@ -85,10 +85,10 @@ impl<S: Store> Breaker<S> {
     /// Moves to `next`, publishing the state when its kind changes (a failure counted
     /// while closed is no transition).
     fn transition(&self, state: &mut State, next: State) {
-        if let Some(gauge) = &self.gauge {
-            if state.reported() != next.reported() {
-                gauge.set(next.reported());
-            }
+        if let Some(gauge) = &self.gauge
+            && state.reported() != next.reported()
+        {
+            gauge.set(next.reported());
         }
         *state = next;
     }
