@@ -1,11 +1,13 @@
 //! Compiles the trimmed Envoy protos in `proto/` with protox (pure Rust, so no system
 //! `protoc` is needed) and generates tonic client and server code from the result.
 //! The encoded descriptor set is also written out for gRPC reflection and protojson.
+//! It also stamps the commit (`TOLLGATE_COMMIT`) that `tollgate_build_info` reports.
 
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
+    stamp_commit();
     let mut compiler = protox::Compiler::new(["proto"])?;
     compiler
         .include_imports(true)
@@ -21,4 +23,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .compile_fds(compiler.file_descriptor_set())?;
     Ok(())
+}
+
+/// `git rev-parse --short HEAD`, or `unknown` where there is no git or no `.git` (a
+/// Docker build copies the sources without it): a missing commit must never fail a
+/// build. Rebuilt when HEAD moves (a new commit or another branch checked out).
+fn stamp_commit() {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .map(|s| s.trim().to_owned())
+    };
+    let commit = git(&["rev-parse", "--short", "HEAD"])
+        .filter(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_hexdigit()))
+        .unwrap_or_else(|| "unknown".to_owned());
+    println!("cargo:rustc-env=TOLLGATE_COMMIT={commit}");
+    // In a worktree `.git` is a file naming the real git directory, so ask git where
+    // HEAD and the current branch's ref live. Only that branch: watching every ref
+    // would rebuild the crate whenever any branch moves.
+    let mut watched = vec!["HEAD".to_owned()];
+    watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+    for what in watched {
+        if let Some(path) = git(&["rev-parse", "--git-path", &what])
+            && std::path::Path::new(&path).exists()
+        {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    }
 }

@@ -136,8 +136,13 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
         reload::spawn_watch(reloader.clone(), options)
     });
     let health = Arc::new(Health::new(true));
-    let _probe = (settings.redis.is_some() && settings.health_check_redis)
-        .then(|| AbortOnDrop(health::spawn_probe(store.clone(), health.clone())));
+    let _probe = (settings.redis.is_some() && settings.health_check_redis).then(|| {
+        AbortOnDrop(health::spawn_probe(
+            store.clone(),
+            health.clone(),
+            Some(limiter.metrics().clone()),
+        ))
+    });
     let mut listeners = Listeners::bind(settings.grpc_addr, settings.http_addr)
         .await
         .map_err(ServeError::Bind)?;

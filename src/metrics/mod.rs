@@ -5,7 +5,14 @@
 //!
 //! Crate: `prometheus-client`, the Prometheus project's own: typed metric families,
 //! an explicit registry instead of a global recorder, bounded histograms.
+//!
+//! Beside the request path: `tollgate_build_info`, the backend's health per node
+//! ([`backend`]), reload timestamps, and the process figures read at scrape time
+//! ([`process`]).
 
+mod backend;
+mod lifecycle;
+mod process;
 mod rules;
 
 use std::time::Duration;
@@ -17,6 +24,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+pub use self::backend::{BreakerGauge, BreakerState};
+pub use self::lifecycle::{BUILD_COMMIT, BUILD_VERSION};
 pub use self::rules::{RuleLabels, RuleOutcome};
 use crate::config::FailureMode;
 
@@ -125,6 +134,8 @@ pub struct Metrics {
     /// In `FailureMode::ALL` order.
     fallbacks: Vec<Counter>,
     reloads: [Counter; 2],
+    lifecycle: lifecycle::Lifecycle,
+    backend_health: backend::BackendMetrics,
     generation: Gauge,
     config_info: Family<[(&'static str, String); 1], Gauge>,
 }
@@ -149,6 +160,9 @@ impl Metrics {
     pub fn new(near_limit_ratio: f64, exposed: bool) -> Self {
         let mut registry = Registry::default();
         let rules = rules::RuleMetrics::register(&mut registry);
+        let backend_health = backend::BackendMetrics::register(&mut registry);
+        registry.register_collector(Box::new(process::ProcessCollector::new()));
+        let lifecycle = lifecycle::Lifecycle::register(&mut registry);
 
         let duration = Family::<One, Histogram, fn() -> Histogram>::new_with_constructor(latency);
         registry.register_with_unit(
@@ -238,6 +252,8 @@ impl Metrics {
                 .map(|(_, name)| one(&fallbacks, "failure_mode", name))
                 .collect(),
             reloads: ["success", "failure"].map(|r| one(&reloads, "result", r)),
+            lifecycle,
+            backend_health,
             generation,
             config_info,
             registry,
@@ -304,6 +320,23 @@ impl Metrics {
     /// One reload that swapped (`true`) or was refused (`false`).
     pub fn reload(&self, success: bool) {
         self.reloads[usize::from(!success)].inc();
+        self.lifecycle.reload(success);
+    }
+
+    /// The gauge of one breaker's state, labelled with the node it protects.
+    pub fn breaker_state(&self, node: &str) -> BreakerGauge {
+        self.backend_health.breaker(node)
+    }
+
+    /// One readiness probe's findings, node by node (`true`: it answered). Nodes
+    /// missing from it that an earlier probe reported lose their series.
+    pub fn backend_probed<'a>(&self, nodes: impl IntoIterator<Item = (&'a str, bool)>) {
+        self.backend_health.probed(nodes);
+    }
+
+    /// A probe that reached no node at all: every node known so far reads 0.
+    pub fn backend_unreachable(&self) {
+        self.backend_health.all_down();
     }
 
     /// The served set: its generation and, when it came from disk, its hash.

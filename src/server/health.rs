@@ -2,10 +2,14 @@
 //! reachable (when it is checked) and no shutdown under way. grpc.health.v1 and
 //! `GET /healthcheck` both read [`Health`]; the server subscribes to its changes.
 //!
-//! The store answers for itself through the seam ([`Store::ping`]; the memory store
-//! always answers, Redis PINGs on a connection of its own). [`spawn_probe`] asks
-//! every [`PROBE_INTERVAL`]; [`UNREACHABLE_AFTER`] failures in a row mark the backend
-//! unreachable, one success marks it reachable again.
+//! The store answers for itself through the seam ([`Store::ping`], node by node; the
+//! memory store has no nodes and always answers, Redis PINGs each node on a
+//! connection of its own). [`spawn_probe`] asks every [`PROBE_INTERVAL`] and
+//! publishes each node's answer as `tollgate_backend_up{node}`. The backend is
+//! reachable while at least one node answers: a cluster with one master down still
+//! decides the other masters' slots, and per-node breakers fail the rest fast.
+//! [`UNREACHABLE_AFTER`] failed probes in a row mark it unreachable, one success
+//! marks it reachable again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +17,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::store::Store;
+use crate::metrics::Metrics;
+use crate::store::{NodePing, Store, StoreError};
 
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// Consecutive failed probes before the backend counts as unreachable: one slow PING
@@ -105,16 +110,25 @@ impl Health {
     }
 }
 
-/// Probes the store until the returned task is aborted, marking `health` accordingly.
+/// Probes the store until the returned task is aborted, marking `health` (and, with
+/// `metrics`, each node's `tollgate_backend_up`) accordingly.
 /// Must be called inside a Tokio runtime.
-pub fn spawn_probe(store: Arc<dyn Store>, health: Arc<Health>) -> JoinHandle<()> {
+pub fn spawn_probe(
+    store: Arc<dyn Store>,
+    health: Arc<Health>,
+    metrics: Option<Arc<Metrics>>,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut failures = 0u32;
         let mut ticker = tokio::time::interval(PROBE_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            match store.ping().await {
+            let pings = store.ping().await;
+            if let Some(metrics) = &metrics {
+                metrics.backend_probed(pings.iter().map(|p| (p.node.as_str(), p.result.is_ok())));
+            }
+            match verdict(&pings) {
                 Ok(()) => {
                     if failures >= UNREACHABLE_AFTER {
                         tracing::info!(event = "backend_reachable", "Redis answers again: SERVING");
@@ -141,9 +155,41 @@ pub fn spawn_probe(store: Arc<dyn Store>, health: Arc<Health>) -> JoinHandle<()>
     })
 }
 
+/// Reachable while any node answers (or there are none to ask); otherwise the first
+/// node's error, naming the node.
+fn verdict(pings: &[NodePing]) -> Result<(), StoreError> {
+    if pings.is_empty() || pings.iter().any(|p| p.result.is_ok()) {
+        return Ok(());
+    }
+    let first = &pings[0];
+    Err(match &first.result {
+        Err(StoreError::Unavailable(why)) => {
+            StoreError::Unavailable(format!("{}: {why}", first.node))
+        }
+        Err(other) => other.clone(),
+        Ok(()) => return Ok(()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reachable_while_any_node_answers() {
+        let node = |node: &str, up: bool| NodePing {
+            node: node.to_owned(),
+            result: if up {
+                Ok(())
+            } else {
+                Err(StoreError::Unavailable("refused".into()))
+            },
+        };
+        assert!(verdict(&[]).is_ok(), "no nodes: the memory store");
+        assert!(verdict(&[node("a:1", false), node("b:2", true)]).is_ok());
+        let error = verdict(&[node("a:1", false), node("b:2", false)]).unwrap_err();
+        assert_eq!(error.to_string(), "store unavailable: a:1: refused");
+    }
 
     #[test]
     fn serving_needs_every_input() {

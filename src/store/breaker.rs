@@ -3,12 +3,20 @@
 //! millisecond), then lets one probe through (half-open); a success closes it, a
 //! failure opens it again. An outage then costs each request nothing but the
 //! failure-mode decision, instead of a timeout each.
+//!
+//! Its state is published as `tollgate_breaker_state` on each transition (never per
+//! call). There is one breaker for the whole store today, labelled `node="all"`;
+//! per-node breakers (one per cluster master) will label it with the node.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{CounterOp, PingFuture, Store, StoreError, StoreFuture};
 use crate::algorithm::Decision;
+use crate::metrics::{BreakerGauge, BreakerState, Metrics};
+
+/// The `node` label of the one breaker in front of the whole store.
+pub const ALL_NODES: &str = "all";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerOptions {
@@ -37,10 +45,22 @@ enum State {
     HalfOpen,
 }
 
+impl State {
+    fn reported(self) -> BreakerState {
+        match self {
+            State::Closed { .. } => BreakerState::Closed,
+            State::Open { .. } => BreakerState::Open,
+            State::HalfOpen => BreakerState::HalfOpen,
+        }
+    }
+}
+
 pub struct Breaker<S> {
     inner: S,
     options: BreakerOptions,
     state: Mutex<State>,
+    /// `tollgate_breaker_state`, when the server has metrics.
+    gauge: Option<BreakerGauge>,
 }
 
 impl<S: Store> Breaker<S> {
@@ -49,7 +69,28 @@ impl<S: Store> Breaker<S> {
             inner,
             options,
             state: Mutex::new(State::Closed { failures: 0 }),
+            gauge: None,
         }
+    }
+
+    /// Publishes the state as `tollgate_breaker_state{node="all"}` (closed from now).
+    pub fn with_metrics(mut self, metrics: Option<&std::sync::Arc<Metrics>>) -> Self {
+        self.gauge = metrics.map(|m| m.breaker_state(ALL_NODES));
+        if let Some(gauge) = &self.gauge {
+            gauge.set(self.lock().reported());
+        }
+        self
+    }
+
+    /// Moves to `next`, publishing the state when its kind changes (a failure counted
+    /// while closed is no transition).
+    fn transition(&self, state: &mut State, next: State) {
+        if let Some(gauge) = &self.gauge
+            && state.reported() != next.reported()
+        {
+            gauge.set(next.reported());
+        }
+        *state = next;
     }
 
     /// Whether calls currently fail fast (for health and metrics).
@@ -70,7 +111,7 @@ impl<S: Store> Breaker<S> {
             State::Open { until } => {
                 let now = Instant::now();
                 if now >= until {
-                    *state = State::HalfOpen;
+                    self.transition(&mut state, State::HalfOpen);
                     Ok(true)
                 } else {
                     Err(StoreError::CircuitOpen(until - now))
@@ -100,7 +141,7 @@ impl<S: Store> Breaker<S> {
 
     fn record(&self, ok: bool) {
         let mut state = self.lock();
-        *state = match (*state, ok) {
+        let next = match (*state, ok) {
             (_, true) => State::Closed { failures: 0 },
             (State::Closed { failures }, false) if failures + 1 < self.options.failures_to_open => {
                 State::Closed {
@@ -117,6 +158,7 @@ impl<S: Store> Breaker<S> {
                 }
             }
         };
+        self.transition(&mut state, next);
     }
 }
 
@@ -131,9 +173,10 @@ impl<S: Store> Drop for ProbeGuard<'_, S> {
         if self.armed {
             let mut state = self.breaker.lock();
             if matches!(*state, State::HalfOpen) {
-                *state = State::Open {
+                let expired = State::Open {
                     until: Instant::now(),
                 };
+                self.breaker.transition(&mut state, expired);
             }
         }
     }
@@ -198,5 +241,44 @@ mod tests {
         breaker.inner.0.store(2, Ordering::SeqCst);
         assert!(breaker.decide(&[]).await.is_ok());
         assert!(!breaker.is_open());
+    }
+
+    #[tokio::test]
+    async fn the_state_gauge_follows_the_transitions() {
+        let metrics = std::sync::Arc::new(Metrics::default());
+        let breaker = Breaker::new(
+            Scripted(AtomicU8::new(0)),
+            BreakerOptions {
+                failures_to_open: 2,
+                open_for: Duration::ZERO,
+            },
+        )
+        .with_metrics(Some(&metrics));
+        let state = || {
+            let text = metrics.encode().unwrap();
+            text.lines()
+                .find_map(|l| l.strip_prefix(r#"tollgate_breaker_state{node="all"} "#))
+                .map(str::to_owned)
+        };
+        assert_eq!(state().as_deref(), Some("0"));
+        assert!(breaker.decide(&[]).await.is_err());
+        assert_eq!(
+            state().as_deref(),
+            Some("0"),
+            "one failure of two: still closed"
+        );
+        assert!(breaker.decide(&[]).await.is_err());
+        assert_eq!(state().as_deref(), Some("2"));
+        // The probe hangs: half-open while it is out.
+        breaker.inner.0.store(1, Ordering::SeqCst);
+        let mut probe = breaker.decide(&[]);
+        assert!(futures_util::poll!(&mut probe).is_pending());
+        assert_eq!(state().as_deref(), Some("1"));
+        // Its caller gives up: open again (expired), so the next call probes.
+        drop(probe);
+        assert_eq!(state().as_deref(), Some("2"));
+        breaker.inner.0.store(2, Ordering::SeqCst);
+        assert!(breaker.decide(&[]).await.is_ok());
+        assert_eq!(state().as_deref(), Some("0"));
     }
 }

@@ -73,7 +73,17 @@ impl StoreError {
 pub type StoreFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Vec<Decision>, StoreError>> + Send + 'a>>;
 
-pub type PingFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
+/// One backend node's answer to a readiness probe: the node (`host:port`, or the
+/// Sentinel group's name) and whether it answered.
+#[derive(Debug, Clone)]
+pub struct NodePing {
+    pub node: String,
+    pub result: Result<(), StoreError>,
+}
+
+/// What a readiness probe found, node by node (every master of a cluster); empty for
+/// a store without nodes (memory).
+pub type PingFuture<'a> = Pin<Box<dyn Future<Output = Vec<NodePing>> + Send + 'a>>;
 
 /// Decides a request's operations together.
 ///
@@ -103,10 +113,10 @@ pub trait Store: Send + Sync + 'static {
     fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a>;
 
     /// Whether the backend answers, for readiness: asked apart from rate-limit traffic
-    /// (never queued behind it, never counted by the breaker). The memory store
-    /// always answers; wrappers pass the question through.
+    /// (never queued behind it, never counted by the breaker), node by node. The
+    /// memory store has no nodes and always answers; wrappers pass the question through.
     fn ping(&self) -> PingFuture<'_> {
-        Box::pin(async { Ok(()) })
+        Box::pin(async { Vec::new() })
     }
 }
 

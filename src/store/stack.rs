@@ -35,7 +35,7 @@ pub async fn build(
     };
     let redis = RedisStore::connect(options).await?;
     tracing::info!(redis = ?options, local_cache_bytes, ?breaker, "connected to Redis");
-    let protected = Breaker::new(redis, breaker);
+    let protected = Breaker::new(redis, breaker).with_metrics(metrics);
     match metrics {
         Some(metrics) => Ok(cached(
             Metered::new(protected, metrics.clone()),

@@ -23,6 +23,7 @@ mod cluster_faults;
 mod config_algorithms;
 mod config_errors;
 mod deploy_files;
+mod deploy_metrics;
 mod differential;
 mod grpc;
 mod http_json;

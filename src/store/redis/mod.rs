@@ -2,7 +2,7 @@
 //! server decides a whole request in one script call, shared with the requests
 //! queued beside it (`batcher.rs`); a cluster splits it by hash slot (`cluster.rs`).
 //! This module connects, picks the path, bounds each request by the store's timeout
-//! and answers readiness probes.
+//! and answers readiness probes (node by node, `connect/probe.rs`).
 
 mod batcher;
 mod cluster;
@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use self::batcher::Batcher;
 use self::cluster::Cluster;
+use self::connect::probe::Probe;
 use self::connect::{Connection, RedisOptions};
 use self::scripts::WireOp;
 use super::{CounterOp, PingFuture, Store, StoreError, StoreFuture};
@@ -35,11 +36,9 @@ enum Backend {
 
 pub struct RedisStore {
     backend: Backend,
-    /// A connection of its own for [`Store::ping`], opened on first use, so a
+    /// Connections of its own for [`Store::ping`] (every master of a cluster), so a
     /// readiness probe never queues behind rate-limit traffic.
-    probe: tokio::sync::Mutex<Option<Connection>>,
-    /// What the probe connects with (its timeouts are the probe's, not a request's).
-    probe_options: RedisOptions,
+    probe: Probe,
     prefix: String,
     timeout: Duration,
 }
@@ -78,8 +77,7 @@ impl RedisStore {
         probe_options.connect_timeout = options.connect_timeout.min(PROBE_TIMEOUT * 5);
         Ok(Self {
             backend,
-            probe: tokio::sync::Mutex::new(None),
-            probe_options,
+            probe: Probe::new(probe_options, PROBE_TIMEOUT),
             prefix: options.key_prefix.clone(),
             timeout: options.timeout,
         })
@@ -126,25 +124,6 @@ impl Store for RedisStore {
     }
 
     fn ping(&self) -> PingFuture<'_> {
-        Box::pin(async move {
-            let mut probe = self.probe.lock().await;
-            if probe.is_none() {
-                // The connection reconnects by itself after errors, so it is kept.
-                *probe = Some(
-                    connect::connect(&self.probe_options)
-                        .await
-                        .map_err(StoreError::Unavailable)?,
-                );
-            }
-            let Some(connection) = probe.as_mut() else {
-                return Err(StoreError::Unavailable("no probe connection".into()));
-            };
-            let ping = redis::cmd("PING");
-            match tokio::time::timeout(PROBE_TIMEOUT, ping.query_async::<()>(connection)).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(StoreError::Unavailable(connect::describe(&e))),
-                Err(_) => Err(StoreError::Timeout(PROBE_TIMEOUT)),
-            }
-        })
+        Box::pin(self.probe.ping())
     }
 }

@@ -8,6 +8,7 @@
 //! [`Connection`], whatever the kind of server.
 
 mod options;
+pub mod probe;
 pub mod sentinel;
 
 use std::time::Duration;

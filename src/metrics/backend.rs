@@ -1,0 +1,92 @@
+//! The backend's health as gauges, per node: `tollgate_backend_up{node}` (1 when the
+//! node answered the last readiness probe, 0 when it did not) and
+//! `tollgate_breaker_state{node}` (0 closed, 1 half-open, 2 open). Both change only
+//! when a probe ends or a breaker changes state, never per request.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+type NodeLabel = [(&'static str, String); 1];
+
+/// A circuit breaker's state, as `tollgate_breaker_state` encodes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed = 0,
+    HalfOpen = 1,
+    Open = 2,
+}
+
+/// One node's breaker gauge: the breaker keeps it and sets it on each transition.
+#[derive(Debug, Clone, Default)]
+pub struct BreakerGauge(Gauge);
+
+impl BreakerGauge {
+    pub fn set(&self, state: BreakerState) {
+        self.0.set(state as i64);
+    }
+}
+
+pub(super) struct BackendMetrics {
+    up: Family<NodeLabel, Gauge>,
+    breaker: Family<NodeLabel, Gauge>,
+    /// The nodes the last probe reported, so a node gone from the topology (a failed
+    /// master replaced) loses its series instead of reading 0 for ever.
+    known: Mutex<HashSet<String>>,
+}
+
+impl BackendMetrics {
+    pub(super) fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            up: Family::default(),
+            breaker: Family::default(),
+            known: Mutex::default(),
+        };
+        registry.register(
+            "tollgate_backend_up",
+            "Whether the Redis node answered the last readiness probe (1) or not (0); \
+             on a cluster, one series per master",
+            metrics.up.clone(),
+        );
+        registry.register(
+            "tollgate_breaker_state",
+            "The circuit breaker in front of the Redis store: 0 closed, 1 half-open, 2 open",
+            metrics.breaker.clone(),
+        );
+        metrics
+    }
+
+    pub(super) fn breaker(&self, node: &str) -> BreakerGauge {
+        BreakerGauge(
+            self.breaker
+                .get_or_create_owned(&[("node", node.to_owned())]),
+        )
+    }
+
+    /// One probe's findings: every node it reached or tried, and whether it answered.
+    pub(super) fn probed<'a>(&self, nodes: impl IntoIterator<Item = (&'a str, bool)>) {
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = HashSet::with_capacity(known.len());
+        for (node, up) in nodes {
+            self.up
+                .get_or_create(&[("node", node.to_owned())])
+                .set(i64::from(up));
+            seen.insert(node.to_owned());
+        }
+        for gone in known.difference(&seen) {
+            self.up.remove(&[("node", gone.clone())]);
+        }
+        *known = seen;
+    }
+
+    /// A probe that could not even list the nodes: every known node is down.
+    pub(super) fn all_down(&self) {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        for node in known.iter() {
+            self.up.get_or_create(&[("node", node.clone())]).set(0);
+        }
+    }
+}
