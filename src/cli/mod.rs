@@ -19,7 +19,8 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "tollgate",
-    version,
+    // The same version and commit as `tollgate_build_info`.
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TOLLGATE_COMMIT"), ")"),
     about = "Global rate-limit service for Envoy (RateLimitService v3)"
 )]
 pub struct Cli {
