@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::{CounterOp, PingFuture, Store, StoreError, StoreFuture};
 use crate::algorithm::Decision;
+use crate::telemetry::ratelimited;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerOptions {
@@ -100,23 +101,54 @@ impl<S: Store> Breaker<S> {
 
     fn record(&self, ok: bool) {
         let mut state = self.lock();
-        *state = match (*state, ok) {
+        let before = *state;
+        *state = match (before, ok) {
             (_, true) => State::Closed { failures: 0 },
             (State::Closed { failures }, false) if failures + 1 < self.options.failures_to_open => {
                 State::Closed {
                     failures: failures + 1,
                 }
             }
-            (_, false) => {
+            (_, false) => State::Open {
+                until: Instant::now() + self.options.open_for,
+            },
+        };
+        let after = *state;
+        drop(state);
+        self.log_change(before, after);
+    }
+
+    /// Logs the breaker opening and closing. Calls that were in flight when it opened
+    /// fail too, each re-opening it: only a change of state is logged, and at most
+    /// once a second with the number not logged since.
+    fn log_change(&self, before: State, after: State) {
+        let was_open = !matches!(before, State::Closed { .. });
+        match after {
+            State::Open { .. } if !matches!(before, State::Open { .. }) => {
+                let Some(suppressed) = ratelimited::admit(&["circuit_open", "store"]) else {
+                    return;
+                };
                 tracing::warn!(
-                    open_for = ?self.options.open_for,
+                    event = "circuit_open",
+                    failures_to_open = self.options.failures_to_open,
+                    open_for_ms = self.options.open_for.as_millis() as u64,
+                    probe_failed = matches!(before, State::HalfOpen),
+                    suppressed,
                     "counter store failing: circuit open, requests answered by their failure mode"
                 );
-                State::Open {
-                    until: Instant::now() + self.options.open_for,
-                }
             }
-        };
+            State::Closed { failures: 0 } if was_open => {
+                let Some(suppressed) = ratelimited::admit(&["circuit_closed", "store"]) else {
+                    return;
+                };
+                tracing::info!(
+                    event = "circuit_closed",
+                    suppressed,
+                    "counter store answering again: circuit closed"
+                );
+            }
+            _ => {}
+        }
     }
 }
 

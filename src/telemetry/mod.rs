@@ -214,19 +214,28 @@ mod tests {
         assert_eq!(LogColor::parse(Some("Always")).unwrap(), LogColor::Always);
         assert_eq!(LogColor::parse(Some("never")).unwrap(), LogColor::Never);
         let error = LogColor::parse(Some("sometimes")).unwrap_err().to_string();
-        assert!(error.contains("LOG_COLOR") && error.contains("sometimes"), "{error}");
+        assert!(
+            error.contains("LOG_COLOR") && error.contains("sometimes"),
+            "{error}"
+        );
     }
 
     #[test]
     fn debug_keeps_libraries_at_warn_unless_rust_log_says_otherwise() {
         let filter = log_filter(None, Some("debug")).to_string();
-        assert!(filter.contains("h2=warn") && filter.contains("tonic=warn"), "{filter}");
+        assert!(
+            filter.contains("h2=warn") && filter.contains("tonic=warn"),
+            "{filter}"
+        );
         assert_eq!(
             log_filter(None, Some("debug")).max_level_hint(),
             Some(LevelFilter::DEBUG)
         );
         let own = log_filter(Some("h2=trace,decision=debug"), Some("info")).to_string();
-        assert!(!own.contains("h2=warn") && own.contains("h2=trace"), "{own}");
+        assert!(
+            !own.contains("h2=warn") && own.contains("h2=trace"),
+            "{own}"
+        );
         assert!(own.contains("tollgate::span=off"), "{own}");
     }
 }

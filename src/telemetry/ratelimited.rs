@@ -32,6 +32,8 @@ struct Slot {
 }
 
 impl Slot {
+    // Only ever copied into the tables below as their initial value, never shared.
+    #[allow(clippy::declare_interior_mutable_const)]
     const FREE: Slot = Slot {
         cause: AtomicU64::new(0),
         last_ms: AtomicU64::new(0),
@@ -157,7 +159,10 @@ mod tests {
             assert_eq!(gate.admit_at(&cause, ms), None);
         }
         // Another cause in the same millisecond has its own line.
-        assert_eq!(gate.admit_at(&["shadow_exceeded", "api", "api.ip"], 5_300), Some(0));
+        assert_eq!(
+            gate.admit_at(&["shadow_exceeded", "api", "api.ip"], 5_300),
+            Some(0)
+        );
         assert_eq!(gate.admit_at(&cause, 5_999), None);
         assert_eq!(gate.admit_at(&cause, 6_000), Some(300));
         assert_eq!(gate.admit_at(&cause, 6_001), None);
