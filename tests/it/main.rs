@@ -24,6 +24,7 @@ mod differential;
 mod grpc;
 mod http_json;
 mod limiter;
+mod logs;
 mod matching;
 mod memory_usage;
 mod metrics;
