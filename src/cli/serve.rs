@@ -15,7 +15,7 @@ use crate::server::reload::{self, ReloadError, ReloadStatus, Reloader, Trigger};
 use crate::server::{self, Listeners, ServeOptions};
 use crate::settings::{ServeFlags, ServeSettings};
 use crate::store::{StoreError, stack};
-use crate::telemetry::{self, TelemetryError};
+use crate::telemetry::{self, LogSettings, TelemetryError};
 
 /// Why `serve` stopped: every start-up failure (exit code 2, before any port opens),
 /// or the server failing while it served (exit code 1).
@@ -50,12 +50,11 @@ impl ServeError {
 /// Serves until SIGTERM or SIGINT.
 pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
     let env = |name: &str| std::env::var(name).ok();
-    let level = env("LOG_LEVEL");
-    let json = env("LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
+    let logs = LogSettings::from_env(&env)?;
     let settings = ServeSettings::resolve(&flags, &env).map_err(ServeError::Settings)?;
     let observability = &settings.observability;
     let tracing_settings = observability.tracing.as_ref();
-    let telemetry = telemetry::init_with_tracing(level.as_deref(), json, tracing_settings)?;
+    let telemetry = telemetry::init_with_tracing(&logs, tracing_settings)?;
     if let Some(t) = tracing_settings {
         tracing::info!(
             event = "tracing_enabled",

@@ -1,17 +1,17 @@
 //! Deciding without the counter store, by the domain's `failure_mode`: fail open,
 //! fail closed, report UNAVAILABLE, or count in this process with each replica
 //! admitting its share of every limit. Every fallback decision is counted, and logged
-//! at most once a second with the counts since the last line.
+//! at most once a second per domain ([`ratelimited`]) with the number not logged since.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::algorithm::Decision;
-use crate::clock::{Clock, SystemClock};
 use crate::config::FailureMode;
 use crate::error::Error;
 use crate::store::memory::MemoryStore;
 use crate::store::{CounterOp, StoreError};
+use crate::telemetry::ratelimited;
 
 pub struct Fallback {
     local: MemoryStore,
@@ -19,8 +19,6 @@ pub struct Fallback {
     replicas: u64,
     /// Decisions taken per mode, in `FailureMode::ALL` order.
     counts: [AtomicU64; 4],
-    logged: [AtomicU64; 4],
-    last_log_ms: AtomicU64,
 }
 
 impl Fallback {
@@ -29,8 +27,6 @@ impl Fallback {
             local: MemoryStore::new(),
             replicas: u64::from(replicas.max(1)),
             counts: Default::default(),
-            logged: Default::default(),
-            last_log_ms: AtomicU64::new(0),
         }
     }
 
@@ -86,33 +82,17 @@ impl Fallback {
         }
     }
 
-    /// At most one line a second, with what happened since the last one.
+    /// At most one line a second per domain, with how many were not logged since.
     fn log(&self, mode: FailureMode, error: &StoreError, domain: &str) {
-        let now = SystemClock.now_millis();
-        let last = self.last_log_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < 1000
-            || self
-                .last_log_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
+        let Some(suppressed) = ratelimited::admit(&["store_fallback", domain]) else {
             return;
-        }
-        let since: Vec<String> = FailureMode::ALL
-            .iter()
-            .zip(self.counts.iter().zip(&self.logged))
-            .filter_map(|((_, name), (count, logged))| {
-                let total = count.load(Ordering::Relaxed);
-                let new = total - logged.swap(total, Ordering::Relaxed);
-                (new > 0).then(|| format!("{name}={new}"))
-            })
-            .collect();
+        };
         tracing::warn!(
             event = "store_fallback",
             domain,
             failure_mode = mode.name(),
             error = %error,
-            decisions_since_last_log = %since.join(","),
+            suppressed,
             "counter store cannot decide; answering by failure_mode"
         );
     }

@@ -2,10 +2,12 @@
 //! [`Limiter::decide`]: validate it ([`bounds`]), resolve each descriptor to its
 //! limits and counters ([`plan`]), have the store decide every counter as one batch
 //! (or the domain's [`fallback`] when it cannot), build the answer ([`answer`]), and
-//! hold it back when a tarpit or a shaping queue says so ([`tarpit`]).
+//! hold it back when a tarpit or a shaping queue says so ([`tarpit`]). At debug, the
+//! `decision` target explains each answer ([`explain`]).
 
 pub mod answer;
 pub mod bounds;
+mod explain;
 pub mod fallback;
 mod observe;
 pub mod plan;
@@ -23,6 +25,10 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::{CounterOp, Store};
+
+/// The store's decisions, the operations the local cache answered, and the failure
+/// mode that answered instead of the store.
+type Counted = (Vec<Decision>, Vec<usize>, Option<FailureMode>);
 
 /// Process-wide options of the limiter.
 #[derive(Debug, Clone, Default)]
@@ -116,13 +122,19 @@ impl Limiter {
         };
         let plan = plan::build(domain, request, descriptors, global_shadow);
 
-        let (decisions, local, fell_back) = self.count(domain, &request.domain, &plan.ops).await?;
+        let (decisions, local, fallback) = self.count(domain, &request.domain, &plan.ops).await?;
         observe::count_rules(&self.metrics, &plan, &decisions, &local, global_shadow);
 
         let mut answer = answer::build(request, domain, &plan, &decisions, &self.options);
-        if let Some(mode) = fell_back {
+        if let Some(mode) = fallback {
             answer::mark_fallback(&mut answer.response, mode);
         }
+        let counted = explain::Counted {
+            decisions: &decisions,
+            local: &local,
+            fallback,
+        };
+        explain::log(request, &plan, &counted, &answer.response);
         match answer.hold {
             Hold::None => {}
             Hold::Tarpit(rule, tarpit) => {
@@ -142,7 +154,7 @@ impl Limiter {
         domain: Option<&Domain>,
         domain_name: &str,
         ops: &[CounterOp],
-    ) -> Result<(Vec<Decision>, Vec<usize>, Option<FailureMode>), Error> {
+    ) -> Result<Counted, Error> {
         let mut local = Vec::new();
         if ops.is_empty() {
             return Ok((Vec::new(), local, None));

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use super::{CounterOp, PingFuture, Store, StoreError, StoreFuture};
 use crate::algorithm::Decision;
 use crate::metrics::{BreakerGauge, BreakerState, Metrics};
+use crate::telemetry::ratelimited;
 
 /// The `node` label of the one breaker in front of the whole store.
 pub const ALL_NODES: &str = "all";
@@ -141,24 +142,54 @@ impl<S: Store> Breaker<S> {
 
     fn record(&self, ok: bool) {
         let mut state = self.lock();
-        let next = match (*state, ok) {
+        let before = *state;
+        let next = match (before, ok) {
             (_, true) => State::Closed { failures: 0 },
             (State::Closed { failures }, false) if failures + 1 < self.options.failures_to_open => {
                 State::Closed {
                     failures: failures + 1,
                 }
             }
-            (_, false) => {
-                tracing::warn!(
-                    open_for = ?self.options.open_for,
-                    "counter store failing: circuit open, requests answered by their failure mode"
-                );
-                State::Open {
-                    until: Instant::now() + self.options.open_for,
-                }
-            }
+            (_, false) => State::Open {
+                until: Instant::now() + self.options.open_for,
+            },
         };
         self.transition(&mut state, next);
+        drop(state);
+        self.log_change(before, next);
+    }
+
+    /// Logs the breaker opening and closing. Calls that were in flight when it opened
+    /// fail too, each re-opening it: only a change of state is logged, and at most
+    /// once a second with the number not logged since.
+    fn log_change(&self, before: State, after: State) {
+        let was_open = !matches!(before, State::Closed { .. });
+        match after {
+            State::Open { .. } if !matches!(before, State::Open { .. }) => {
+                let Some(suppressed) = ratelimited::admit(&["circuit_open", "store"]) else {
+                    return;
+                };
+                tracing::warn!(
+                    event = "circuit_open",
+                    failures_to_open = self.options.failures_to_open,
+                    open_for_ms = self.options.open_for.as_millis() as u64,
+                    probe_failed = matches!(before, State::HalfOpen),
+                    suppressed,
+                    "counter store failing: circuit open, requests answered by their failure mode"
+                );
+            }
+            State::Closed { failures: 0 } if was_open => {
+                let Some(suppressed) = ratelimited::admit(&["circuit_closed", "store"]) else {
+                    return;
+                };
+                tracing::info!(
+                    event = "circuit_closed",
+                    suppressed,
+                    "counter store answering again: circuit closed"
+                );
+            }
+            _ => {}
+        }
     }
 }
 

@@ -12,9 +12,10 @@ use super::cache::OverLimitCache;
 use super::memory::MemoryStore;
 use super::metered::Metered;
 use super::redis::RedisStore;
-use super::redis::connect::RedisOptions;
+use super::redis::connect::{RedisOptions, RedisTarget, redact};
 use super::{Store, StoreError};
 use crate::metrics::Metrics;
+use crate::telemetry::Json;
 
 /// The server's store; with `metrics`, every call that reaches the backend is recorded.
 pub async fn build(
@@ -25,6 +26,7 @@ pub async fn build(
 ) -> Result<Arc<dyn Store>, StoreError> {
     let Some(options) = redis else {
         tracing::warn!(
+            event = "memory_store",
             "no Redis configured: using the in-memory store, so every limit is counted per process; \
              with N replicas a client may get up to N times its limit"
         );
@@ -34,7 +36,7 @@ pub async fn build(
         });
     };
     let redis = RedisStore::connect(options).await?;
-    tracing::info!(redis = ?options, local_cache_bytes, ?breaker, "connected to Redis");
+    log_connected(options, breaker, local_cache_bytes);
     let protected = Breaker::new(redis, breaker).with_metrics(metrics);
     match metrics {
         Some(metrics) => Ok(cached(
@@ -43,6 +45,36 @@ pub async fn build(
         )),
         None => Ok(cached(protected, local_cache_bytes)),
     }
+}
+
+/// One field per fact, so JSON logs carry values rather than a Debug dump; the
+/// addresses never carry credentials.
+fn log_connected(options: &RedisOptions, breaker: BreakerOptions, local_cache_bytes: u64) {
+    let (kind, addresses, master) = match &options.target {
+        RedisTarget::Standalone(url) => ("standalone", vec![redact(url)], None),
+        RedisTarget::Cluster(urls) => ("cluster", urls.iter().map(|u| redact(u)).collect(), None),
+        RedisTarget::Sentinel {
+            master, sentinels, ..
+        } => (
+            "sentinel",
+            sentinels.iter().map(|u| redact(u)).collect(),
+            Some(master.as_str()),
+        ),
+    };
+    tracing::info!(
+        event = "redis_connected",
+        redis_type = kind,
+        addresses = %Json(&addresses),
+        sentinel_master = master,
+        key_prefix = %options.key_prefix,
+        timeout_ms = options.timeout.as_millis() as u64,
+        connect_timeout_ms = options.connect_timeout.as_millis() as u64,
+        tls_files = options.tls.ca_cert.is_some() || options.tls.client_cert.is_some(),
+        local_cache_bytes,
+        breaker_failures_to_open = breaker.failures_to_open,
+        breaker_open_for_ms = breaker.open_for.as_millis() as u64,
+        "connected to Redis"
+    );
 }
 
 /// `store` behind the over-limit cache, unless its budget is 0.

@@ -32,9 +32,11 @@ pub struct TracingSettings {
 // The sampling rate is checked to be finite when resolved, so equality is total.
 impl Eq for TracingSettings {}
 
-/// Why span export could not be set up.
+/// Why logging or span export could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
+    #[error("LOG_COLOR={0:?}: expected always, never or auto")]
+    Color(String),
     #[error("OTLP exporter for {endpoint}: {source}")]
     Exporter {
         endpoint: String,

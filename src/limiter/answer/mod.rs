@@ -16,7 +16,8 @@ use crate::algorithm::Decision;
 use crate::config::{Domain, FailureMode, Limit, Rule, Tarpit};
 use crate::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use crate::proto::{RateLimitRequest, RateLimitResponse};
-use crate::store::CounterOp;
+use crate::store::{CounterKey, CounterOp};
+use crate::telemetry::ratelimited;
 
 /// The response, and what must happen before it goes out.
 pub(super) struct Answer<'a> {
@@ -50,9 +51,23 @@ struct Report<'a> {
     denial: Option<Denial<'a>>,
     /// A shadow-mode rule of this descriptor was over its limit.
     shadow_exceeded: bool,
-    /// The counter key's entries for the shadow-mode log event; empty unless that
-    /// event will be logged (formatting it for every request cost ~2% of the CPU).
-    key: String,
+    /// The counter key whose entries the shadow-mode log event shows; formatted only
+    /// when a line is written (formatting it for every request cost ~2% of the CPU).
+    key: Option<&'a CounterKey>,
+}
+
+/// A counter key's entries as `k=v,k=v`, written straight into the log line.
+struct Entries<'a>(Option<&'a CounterKey>);
+
+impl std::fmt::Display for Entries<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let entries = self.0.map_or(&[][..], |k| &k.entries);
+        for (i, (key, value)) in entries.iter().enumerate() {
+            let comma = if i == 0 { "" } else { "," };
+            write!(f, "{comma}{key}={value}")?;
+        }
+        Ok(())
+    }
 }
 
 pub(super) fn build<'a>(
@@ -118,7 +133,7 @@ pub(super) fn build<'a>(
 /// of equals).
 fn report<'a>(
     plan: &'a Plan<'a>,
-    ops: &[CounterOp],
+    ops: &'a [CounterOp],
     decisions: &[Decision],
     global_shadow: bool,
 ) -> (DescriptorStatus, Report<'a>) {
@@ -142,17 +157,7 @@ fn report<'a>(
     let shadow = rule.is_some_and(|r| r.shadow_mode);
     let status = status(&own[reported], &limits[reported], shadow);
     let logged = denied.is_some() && (shadow || global_shadow);
-    let key = if logged {
-        ops[range.start]
-            .key
-            .entries
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    } else {
-        String::new()
-    };
+    let key = logged.then(|| &ops[range.start].key);
     let report = Report {
         rule,
         window_secs: Some(limits[reported].window_secs()),
@@ -235,21 +240,27 @@ fn status(decision: &Decision, limit: &Limit, shadow: bool) -> DescriptorStatus 
 }
 
 /// Logs each shadow-mode limit that was exceeded (a shadow rule's, or any under
-/// global shadow mode); returns whether there was one.
+/// global shadow mode), at most once a second per domain and rule with the count of
+/// those not logged since; returns whether there was one.
 fn log_shadowed(domain: &str, reports: &[Report<'_>], global_shadow: bool) -> bool {
     let mut shadowed = false;
     for r in reports
         .iter()
         .filter(|r| r.shadow_exceeded || (global_shadow && r.denial.is_some()))
     {
+        shadowed = true;
+        let rule = rule_name(r.rule);
+        let Some(suppressed) = ratelimited::admit(&["shadow_exceeded", domain, rule]) else {
+            continue;
+        };
         tracing::info!(
             event = "shadow_exceeded",
             domain = %domain,
-            rule = rule_name(r.rule),
-            key = %r.key,
+            rule,
+            key = %Entries(r.key),
+            suppressed,
             "a shadow-mode limit was exceeded; the request was allowed"
         );
-        shadowed = true;
     }
     shadowed
 }

@@ -12,18 +12,20 @@
 //! SIGHUP (`tollgate serve`). Reloads are serialized; each first hashes the files and
 //! stops at once when they are what is already served.
 
-use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
-use sha2::{Digest, Sha256};
 use tokio::task::JoinHandle;
 
 use crate::config::watch::{ConfigWatcher, WatchOptions};
 use crate::config::{self, Config, ConfigErrors};
 use crate::limiter::Limiter;
+use crate::telemetry::Json;
+
+pub use self::files::hash_set;
+
+mod files;
 
 /// How often a set is read again when its files changed while it was being read.
 const LOAD_ATTEMPTS: u32 = 5;
@@ -92,7 +94,7 @@ pub struct ReloadState {
     /// found unchanged).
     pub last_success: Option<SystemTime>,
     pub last_failure: Option<SystemTime>,
-    /// Every error of the last failed reload.
+    /// Every error of the last failed reload; cleared by the next success.
     pub last_error: Option<Vec<String>>,
     /// Swaps since start-up.
     pub successes: u64,
@@ -159,62 +161,6 @@ pub fn load_set(path: &Path) -> Result<LoadedSet, ReloadError> {
     Err(ReloadError::Unstable)
 }
 
-/// SHA-256 (first 16 hex digits) over the files [`config::load_path`] reads, by the
-/// same rules (`.yaml`/`.yml`, recursive, names starting with `.` skipped, symlinks
-/// followed), each as its path relative to `path` and its contents, in name order.
-pub fn hash_set(path: &Path) -> io::Result<String> {
-    let mut files = Vec::new();
-    if fs::metadata(path)?.is_file() {
-        files.push(path.to_path_buf());
-    } else {
-        collect(path, &mut files, 0)?;
-    }
-    files.sort();
-    let mut digest = Sha256::new();
-    for file in &files {
-        let contents = fs::read(file)?;
-        let relative = file.strip_prefix(path).unwrap_or(file);
-        digest.update(relative.to_string_lossy().as_bytes());
-        digest.update([0]);
-        digest.update((contents.len() as u64).to_le_bytes());
-        digest.update(&contents);
-    }
-    Ok(digest
-        .finalize()
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect())
-}
-
-/// Symlink loops cannot recurse forever: a directory tree this deep is refused.
-const MAX_DEPTH: usize = 64;
-
-fn collect(dir: &Path, files: &mut Vec<PathBuf>, depth: usize) -> io::Result<()> {
-    if depth > MAX_DEPTH {
-        return Err(io::Error::other("config directory nested too deep"));
-    }
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let path = entry.path();
-        let Ok(meta) = fs::metadata(&path) else {
-            continue; // a dangling link, skipped by the loader too
-        };
-        if meta.is_dir() {
-            collect(&path, files, depth + 1)?;
-        } else if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml")
-        ) {
-            files.push(path);
-        }
-    }
-    Ok(())
-}
-
 /// Reloads one config path into one limiter.
 pub struct Reloader {
     limiter: Arc<Limiter>,
@@ -266,11 +212,15 @@ impl Reloader {
         let now = SystemTime::now();
         match loaded {
             Ok(None) => {
-                let generation = {
+                let (generation, recovered) = {
                     let mut state = self.status.lock();
                     state.last_success = Some(now);
-                    state.generation
+                    (state.generation, state.last_error.take())
                 };
+                // A broken set put back as it was served: the failure is over too.
+                if let Some(errors) = recovered {
+                    self.log_recovered(trigger, generation, &errors);
+                }
                 tracing::debug!(
                     event = "config_reload_unchanged",
                     path = %self.path.display(),
@@ -283,14 +233,14 @@ impl Reloader {
             Ok(Some(set)) => {
                 let domains = set.config.domains().len();
                 self.limiter.swap_config(set.config);
-                let generation = {
+                let (generation, recovered) = {
                     let mut state = self.status.lock();
                     state.generation += 1;
                     state.hash = Some(set.hash.clone());
                     state.loaded_at = Some(now);
                     state.last_success = Some(now);
                     state.successes += 1;
-                    state.generation
+                    (state.generation, state.last_error.take())
                 };
                 let metrics = self.limiter.metrics();
                 metrics.reload(true);
@@ -304,6 +254,9 @@ impl Reloader {
                     domains,
                     "config reloaded"
                 );
+                if let Some(errors) = recovered {
+                    self.log_recovered(trigger, generation, &errors);
+                }
                 Ok(ReloadOutcome::Swapped { generation })
             }
             Err(error) => {
@@ -323,12 +276,24 @@ impl Reloader {
                     generation,
                     failures,
                     error_count = messages.len(),
-                    errors = ?messages,
+                    errors = %Json(&messages),
                     "config reload failed; still serving generation {generation}"
                 );
                 Err(error)
             }
         }
+    }
+
+    /// The served set is good again after failed reloads: say so, with what had failed.
+    fn log_recovered(&self, trigger: Trigger, generation: u64, errors: &[String]) {
+        tracing::info!(
+            event = "config_recovered",
+            path = %self.path.display(),
+            trigger = trigger.as_str(),
+            generation,
+            previous_errors = %Json(errors),
+            "config valid again after a failed reload; last_error cleared"
+        );
     }
 }
 
@@ -358,23 +323,7 @@ pub fn spawn_watch(reloader: Arc<Reloader>, options: WatchOptions) -> WatchTask 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hash_covers_names_and_contents_and_skips_dot_names() {
-        let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join("a.yaml"), "domain: a\n").unwrap();
-        let first = hash_set(dir.path()).unwrap();
-        assert_eq!(first.len(), 16);
-        fs::write(dir.path().join(".hidden.yaml"), "x").unwrap();
-        fs::write(dir.path().join("notes.txt"), "x").unwrap();
-        assert_eq!(hash_set(dir.path()).unwrap(), first);
-        fs::write(dir.path().join("a.yaml"), "domain: b\n").unwrap();
-        assert_ne!(hash_set(dir.path()).unwrap(), first);
-        fs::rename(dir.path().join("a.yaml"), dir.path().join("b.yaml")).unwrap();
-        let renamed = hash_set(dir.path()).unwrap();
-        fs::rename(dir.path().join("b.yaml"), dir.path().join("a.yaml")).unwrap();
-        assert_ne!(renamed, hash_set(dir.path()).unwrap());
-    }
+    use std::fs;
 
     #[test]
     fn load_set_reports_every_error() {
