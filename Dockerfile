@@ -9,7 +9,8 @@
 # The image carries config/ as /srv/tollgate/config; mount your own directory there
 # (docker-compose.yml) or point RUNTIME_ROOT/RUNTIME_SUBDIRECTORY at a mount and run
 # plain `serve` (deploy/kubernetes/deployment.yaml). Debian rather than distroless:
-# the Kubernetes preStop hook runs `sleep`.
+# the Kubernetes preStop hook runs `sleep`, and docker-compose.yml's healthcheck asks
+# GET /healthcheck with bash's /dev/tcp (there is no curl or wget here).
 
 ARG RUST_VERSION=1
 
@@ -30,7 +31,8 @@ COPY --from=build /out/tollgate /usr/local/bin/tollgate
 COPY config/ /srv/tollgate/config/
 WORKDIR /srv/tollgate
 USER 10001:10001
-# gRPC (RateLimitService, grpc.health.v1, reflection) and HTTP (/healthcheck, /json).
+# gRPC (RateLimitService, grpc.health.v1, reflection) and HTTP (/healthcheck, /json,
+# /metrics, /rlconfig, /config.json); docs/operations.md says how to restrict them.
 EXPOSE 8081 8080
 ENTRYPOINT ["/usr/local/bin/tollgate"]
 CMD ["serve", "--config", "/srv/tollgate/config"]

@@ -3,7 +3,8 @@
 Answers every request with 200 and a JSON body echoing the method, the path and the
 request headers it received, so a client can see what Envoy forwarded (for example
 x-ratelimit-shadow-exceeded). Standard library only; one thread per connection;
-HTTP/1.1 keep-alive, as Envoy's upstream connection pool expects.
+HTTP/1.1 keep-alive, as Envoy's upstream connection pool expects. Each answer leaves
+in one send (see Echo), so no answer waits on the peer's delayed ACK.
 
     python3 echo.py [--host 0.0.0.0] [--port 8000]
 """
@@ -18,6 +19,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Echo(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "tollgate-demo-upstream"
+    # Why both: by default the handler writes unbuffered, so the headers and the body
+    # leave in two sends. Nagle then holds the body until the headers are ACKed, and
+    # the peer delays that ACK by ~40 ms: 44 ms added to every answer on a reused
+    # connection (measured with 60 keep-alive requests). A buffered writer (flushed
+    # by the base class after each request) makes the answer one send; TCP_NODELAY
+    # keeps an answer larger than the buffer from waiting too.
+    wbufsize = 64 * 1024
+    disable_nagle_algorithm = True
 
     def _answer(self):
         length = int(self.headers.get("content-length") or 0)

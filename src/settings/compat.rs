@@ -1,7 +1,7 @@
 //! envoyproxy/ratelimit's settings that tollgate does not read, each with the reason,
 //! and those it refuses because ignoring them would serve something other than what
 //! the deployment asked for (a Unix socket served as TCP, limits read over xDS,
-//! counters in memcached). The README's compatibility table says the same; a unit test
+//! counters in memcached). docs/migration.md's settings table says the same; a unit test
 //! keeps this list and the code that reads variables from overlapping.
 
 /// Set but without effect: `serve` logs each one found, with its reason, at start-up.
@@ -24,7 +24,7 @@ pub const IGNORED: &[(&str, &str)] = &[
     ),
     (
         "PROMETHEUS_MAPPER_YAML",
-        "metric names are tollgate's own (see README, Observability)",
+        "metric names are tollgate's own (see docs/metrics-and-logs.md)",
     ),
     ("RESPONSE_DYNAMIC_METADATA", "dynamic metadata is not sent"),
     (
@@ -192,14 +192,14 @@ mod tests {
     }
 
     /// A variable the code reads must not also be listed as ignored (or refused): when
-    /// a feature lands, its settings leave these lists. Every listed name is in the
-    /// README's compatibility table.
+    /// a feature lands, its settings leave these lists. Every listed name is in
+    /// docs/migration.md's settings table.
     #[test]
     fn lists_agree_with_the_code_and_the_readme() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut sources = String::new();
         read_sources(&root.join("src"), &mut sources);
-        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let readme = std::fs::read_to_string(root.join("docs/migration.md")).unwrap();
         let names = IGNORED
             .iter()
             .map(|(n, _)| *n)
@@ -211,7 +211,10 @@ mod tests {
                 1,
                 "{name} is read by the code, or listed twice: update settings/compat.rs"
             );
-            assert!(readme.contains(&format!("`{name}`")), "README lacks {name}");
+            assert!(
+                readme.contains(&format!("`{name}`")),
+                "docs/migration.md lacks {name}"
+            );
         }
     }
 

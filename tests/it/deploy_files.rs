@@ -5,9 +5,11 @@
 //! mounts (compose mounts the very files `tests/e2e/e2e_envoy.rs` runs; Kubernetes mounts
 //! the config as a directory, never subPath), the timeouts, and that the Kubernetes
 //! ConfigMap and Envoy snippet are copies of what the tests exercise. The Kubernetes
-//! half is in `deploy_files/kubernetes.rs`.
+//! half is in `deploy_files/kubernetes.rs`; `deploy_files/compose_health.rs` runs the
+//! compose healthcheck against a real `tollgate serve`.
 
 use crate::common;
+mod compose_health;
 mod kubernetes;
 
 use std::collections::BTreeSet;
@@ -153,9 +155,19 @@ fn compose_mounts_the_files_the_e2e_tests_run() {
         let replica = service(&compose, name);
         let target = mount_target(replica, "./config");
         assert_eq!(arg_after(&strings(&replica["command"]), "--config"), target);
-        let health = strings(&replica["healthcheck"]["test"]);
-        let addr = format!("127.0.0.1:{}", grpc_port());
-        assert_eq!(arg_after(&health, "--addr"), addr);
+        // The healthcheck asks the real readiness endpoint (compose_health.rs runs it).
+        let health = compose_health::healthcheck_script(replica);
+        let probe = format!("/dev/tcp/127.0.0.1/{}", http_port());
+        assert!(health.contains(&probe), "{name}: {health}");
+        assert!(health.contains("GET /healthcheck "), "{name}: {health}");
+        // The HTTP port (metrics) is published, on this machine only.
+        let published = strings(&replica["ports"]);
+        assert!(
+            published
+                .iter()
+                .any(|p| p.starts_with("127.0.0.1:") && p.ends_with(&format!(":{}", http_port()))),
+            "{name} publishes no HTTP port on 127.0.0.1: {published:?}"
+        );
         assert_eq!(
             replica["depends_on"]["redis-cluster-init"]["condition"],
             "service_completed_successfully"
@@ -229,7 +241,15 @@ fn envoy_gives_tollgate_time_to_decide_and_names_known_domains() {
         options["explicit_http_config"]["http2_protocol_options"].is_object(),
         "gRPC needs HTTP/2"
     );
-    assert!(tollgate["health_checks"][0]["grpc_health_check"].is_object());
+    let health_check = &tollgate["health_checks"][0];
+    assert!(health_check["grpc_health_check"].is_object());
+    // Envoy's default no_traffic_interval is 60 s: a draining replica would keep
+    // getting calls for up to a minute on a quiet cluster.
+    let quiet = duration_ms(&health_check["no_traffic_interval"]);
+    assert!(
+        quiet <= duration_ms(&health_check["interval"]),
+        "no_traffic_interval {quiet} ms"
+    );
 
     // Every domain Envoy sends is one config/ defines.
     let config = tollgate::config::load_path(&root().join("config"))

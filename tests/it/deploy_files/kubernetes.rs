@@ -4,7 +4,8 @@
 //! shutdown, resources, security context and config mount (a ConfigMap directory where
 //! RUNTIME_ROOT/RUNTIME_SUBDIRECTORY point, never subPath); the ConfigMap is `config/`
 //! verbatim; the Service is headless; PDB and HPA select the Deployment; the Envoy
-//! snippet is the tested filter and cluster, aimed at the Service.
+//! snippet is the tested filter and cluster, aimed at the Service; the NetworkPolicy
+//! admits gRPC only from Envoy's pods and HTTP only from Prometheus.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -25,19 +26,17 @@ fn resources() -> Vec<Value> {
     let dir = kubernetes_dir();
     let kustomization = load_yaml(&dir.join("kustomization.yaml"));
     let listed: BTreeSet<&str> = strings(&kustomization["resources"]).into_iter().collect();
+    // Not resources of the kustomization: the Envoy snippet, and the ServiceMonitor,
+    // which needs the Prometheus Operator's CRD (applied on its own where it exists).
+    let unlisted = [
+        "kustomization.yaml",
+        "envoy-snippet.yaml",
+        "servicemonitor.yaml",
+    ];
     let on_disk: BTreeSet<String> = fs::read_dir(&dir)
         .expect("deploy/kubernetes")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        // servicemonitor.yaml stays out: its CRD is the Prometheus Operator's.
-        .filter(|n| {
-            n.ends_with(".yaml")
-                && ![
-                    "kustomization.yaml",
-                    "envoy-snippet.yaml",
-                    "servicemonitor.yaml",
-                ]
-                .contains(&n.as_str())
-        })
+        .filter(|n| n.ends_with(".yaml") && !unlisted.contains(&n.as_str()))
         .collect();
     assert_eq!(
         listed,
@@ -271,4 +270,63 @@ fn envoy_snippet_is_the_tested_filter_and_cluster_aimed_at_the_service() {
     let namespace = kustomization["namespace"].as_str().expect("a namespace");
     let host = format!("{service}.{namespace}.svc.cluster.local");
     assert_eq!(address, [(host, grpc_port())]);
+}
+
+/// The ports (numbers) of one NetworkPolicy ingress rule.
+fn rule_ports(rule: &Value) -> Vec<u64> {
+    rule["ports"]
+        .as_array()
+        .expect("a rule without ports admits every port")
+        .iter()
+        .map(|p| {
+            assert_eq!(p["protocol"], "TCP", "{p}");
+            p["port"].as_u64().expect("a port number")
+        })
+        .collect()
+}
+
+#[test]
+fn network_policy_admits_grpc_from_envoy_and_http_from_prometheus() {
+    let all = resources();
+    let deployment = resource(&all, "Deployment");
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let policy = resource(&all, "NetworkPolicy");
+    assert_eq!(policy["apiVersion"], "networking.k8s.io/v1");
+    let spec = &policy["spec"];
+    assert_eq!(&spec["podSelector"]["matchLabels"], labels);
+    assert!(strings(&spec["policyTypes"]).contains(&"Ingress"));
+
+    let rules = spec["ingress"].as_array().expect("ingress rules");
+    let mut admitted = BTreeSet::new();
+    for rule in rules {
+        let ports = rule_ports(rule);
+        let from = rule["from"]
+            .as_array()
+            .expect("a rule without from admits anyone");
+        assert!(!from.is_empty(), "an empty from admits anyone: {rule}");
+        let peers: Vec<&Value> = from
+            .iter()
+            .map(|peer| {
+                // Each peer names pods; an ipBlock or a bare namespace would admit more.
+                assert!(peer["ipBlock"].is_null(), "{peer}");
+                let pods = &peer["podSelector"]["matchLabels"];
+                assert!(pods.as_object().is_some_and(|m| !m.is_empty()), "{peer}");
+                pods
+            })
+            .collect();
+        for port in ports {
+            let expected = if port == grpc_port() {
+                ("tollgate.io/client", "envoy")
+            } else if port == http_port() {
+                ("app.kubernetes.io/name", "prometheus")
+            } else {
+                panic!("port {port} is neither gRPC nor HTTP")
+            };
+            for pods in &peers {
+                assert_eq!(pods[expected.0], expected.1, "port {port}: {pods}");
+            }
+            admitted.insert(port);
+        }
+    }
+    assert_eq!(admitted, BTreeSet::from([grpc_port(), http_port()]));
 }
