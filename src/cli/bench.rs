@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::out;
+use super::console;
 use crate::bench::workload::{Distribution, WorkloadSpec};
 use crate::bench::{self, BenchOptions, Load};
 
@@ -116,7 +116,7 @@ pub async fn run(args: BenchArgs) -> ExitCode {
     let options = match args.options() {
         Ok(options) => options,
         Err(e) => {
-            out::eprintln(&format!("tollgate bench: {e}"));
+            console::eprintln(&format!("tollgate bench: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -126,7 +126,7 @@ pub async fn run(args: BenchArgs) -> ExitCode {
                 match serde_json::to_string(&report) {
                     Ok(json) => json + "\n",
                     Err(e) => {
-                        out::eprintln(&format!("tollgate bench: {e}"));
+                        console::eprintln(&format!("tollgate bench: {e}"));
                         return ExitCode::FAILURE;
                     }
                 }
@@ -135,16 +135,16 @@ pub async fn run(args: BenchArgs) -> ExitCode {
             };
             // Also on stderr, where a run piped into a file or `jq` still shows it.
             if let Some(warning) = &report.warning {
-                out::eprintln(&format!("tollgate bench: WARNING: {warning}"));
+                console::eprintln(&format!("tollgate bench: WARNING: {warning}"));
             }
-            if out::print_or_report("bench", &text) {
+            if console::print_or_report("bench", &text) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
             }
         }
         Err(e) => {
-            out::eprintln(&format!("tollgate bench: {e}"));
+            console::eprintln(&format!("tollgate bench: {e}"));
             ExitCode::FAILURE
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::out;
+use super::console;
 use crate::config::Unit;
 use crate::limiter::answer::{FALLBACK_FIELD, METADATA_NAMESPACE};
 use crate::proto::rate_limit_descriptor::Entry;
@@ -71,7 +71,7 @@ async fn check(args: CheckArgs) -> Outcome {
     {
         Ok(d) => d,
         Err(e) => {
-            out::eprintln(&format!("tollgate check: {e}"));
+            console::eprintln(&format!("tollgate check: {e}"));
             return Outcome::Error;
         }
     };
@@ -97,14 +97,14 @@ async fn check(args: CheckArgs) -> Outcome {
     };
     match tokio::time::timeout(Duration::from_millis(args.timeout_ms), call).await {
         Ok(Ok(response)) => {
-            if !out::print_or_report("check", &render(&request, &response)) {
+            if !console::print_or_report("check", &render(&request, &response)) {
                 return Outcome::Error;
             }
             match Code::try_from(response.overall_code) {
                 Ok(Code::Ok) => Outcome::Ok,
                 Ok(Code::OverLimit) => Outcome::OverLimit,
                 _ => {
-                    out::eprintln(&format!(
+                    console::eprintln(&format!(
                         "tollgate check: {addr}: the overall code {} is neither OK nor OVER_LIMIT",
                         response.overall_code
                     ));
@@ -113,11 +113,11 @@ async fn check(args: CheckArgs) -> Outcome {
             }
         }
         Ok(Err(e)) => {
-            out::eprintln(&format!("tollgate check: {addr}: {e}"));
+            console::eprintln(&format!("tollgate check: {addr}: {e}"));
             Outcome::Error
         }
         Err(_) => {
-            out::eprintln(&format!(
+            console::eprintln(&format!(
                 "tollgate check: {addr}: no answer within {} ms",
                 args.timeout_ms
             ));

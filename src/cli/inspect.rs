@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::check::parse_descriptor;
-use super::out;
+use super::console;
 use crate::config::{self, Limit};
 use crate::limiter::{bounds, plan};
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
@@ -50,10 +50,10 @@ pub struct InspectArgs {
 
 pub async fn run(args: InspectArgs) -> ExitCode {
     match inspect(&args).await {
-        Ok(text) if out::print_or_report("inspect", &text) => ExitCode::SUCCESS,
+        Ok(text) if console::print_or_report("inspect", &text) => ExitCode::SUCCESS,
         Ok(_) => ExitCode::from(2),
         Err(e) => {
-            out::eprintln(&format!("tollgate inspect: {e}"));
+            console::eprintln(&format!("tollgate inspect: {e}"));
             ExitCode::from(2)
         }
     }
@@ -154,13 +154,13 @@ fn render(
             } => (limits.as_slice(), *rule, ops.clone()),
         };
         for (limit, state) in limits.iter().zip(&states[range]) {
-            counter(&mut text, plan::rule_name(rule), limit, state);
+            counter_lines(&mut text, plan::rule_name(rule), limit, state);
         }
     }
     text
 }
 
-fn counter(text: &mut String, rule: &str, limit: &Limit, state: &CounterState) {
+fn counter_lines(text: &mut String, rule: &str, limit: &Limit, state: &CounterState) {
     let ms = |d: Duration| format!("{:.3}s", d.as_secs_f64());
     let _ = writeln!(text, "  counter   {}", state.key);
     let _ = writeln!(text, "    rule      {rule}");

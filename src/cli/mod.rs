@@ -5,8 +5,8 @@
 
 pub mod bench;
 pub mod check;
+pub mod console;
 pub mod inspect;
-pub mod out;
 pub mod serve;
 pub mod simulate;
 pub mod validate;
@@ -54,7 +54,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             // A failure while serving was logged where it happened.
             Err(e @ serve::ServeError::Serve(_)) => e.exit_code(),
             Err(e) => {
-                out::eprintln(&format!("tollgate: {e}"));
+                console::eprintln(&format!("tollgate: {e}"));
                 e.exit_code()
             }
         },

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::out;
+use super::console;
 use crate::algorithm::Algorithm;
 use crate::config::Unit;
 use crate::config::diagnostics::parse_duration;
@@ -86,7 +86,7 @@ pub fn run(args: SimulateArgs) -> ExitCode {
             let mut text = table::render(&sim);
             if let Some(path) = &args.svg {
                 if let Err(e) = std::fs::write(path, svg::render(&sim)) {
-                    out::eprintln(&format!(
+                    console::eprintln(&format!(
                         "tollgate simulate: cannot write {}: {e}",
                         path.display()
                     ));
@@ -94,14 +94,14 @@ pub fn run(args: SimulateArgs) -> ExitCode {
                 }
                 text.push_str(&format!("chart: {}\n", path.display()));
             }
-            if out::print_or_report("simulate", &text) {
+            if console::print_or_report("simulate", &text) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
             }
         }
         Err(message) => {
-            out::eprintln(&format!("tollgate simulate: {message}"));
+            console::eprintln(&format!("tollgate simulate: {message}"));
             ExitCode::FAILURE
         }
     }

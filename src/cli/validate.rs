@@ -5,13 +5,13 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::out;
+use super::console;
 use crate::config::{self, Config, RuleKind};
 
 pub fn run(path: &Path) -> ExitCode {
     match config::load_path(path) {
         Ok(config) => {
-            if out::print_or_report("validate", &summary(path, &config)) {
+            if console::print_or_report("validate", &domain_summary(path, &config)) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
@@ -23,7 +23,7 @@ pub fn run(path: &Path) -> ExitCode {
                 let _ = writeln!(text, "{error}");
             }
             let _ = writeln!(text, "{}: {} error(s)", path.display(), errors.0.len());
-            out::eprint(&text);
+            console::eprint(&text);
             ExitCode::FAILURE
         }
     }
@@ -31,7 +31,7 @@ pub fn run(path: &Path) -> ExitCode {
 
 /// The domains and their rules, one line each (written with one write, so a reader
 /// that stops early closes the pipe at most once).
-fn summary(path: &Path, config: &Config) -> String {
+fn domain_summary(path: &Path, config: &Config) -> String {
     let domains = config.domains();
     let rules: usize = domains.iter().map(|d| d.rules.len()).sum();
     let mut text = format!(

@@ -9,7 +9,7 @@ use std::io::{self, Write};
 
 /// Writes `text` to stdout and flushes. A closed pipe is not an error (the reader has
 /// all it wanted); any other failure is returned for the caller to report.
-pub fn print(text: &str) -> io::Result<()> {
+pub fn write_stdout(text: &str) -> io::Result<()> {
     let mut stdout = io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())
@@ -37,7 +37,7 @@ pub fn eprintln(text: &str) {
 /// [`print`] for a command's result: on a failure other than a closed pipe, says so
 /// on stderr and returns false (the command then exits with 2).
 pub fn print_or_report(command: &str, text: &str) -> bool {
-    match print(text) {
+    match write_stdout(text) {
         Ok(()) => true,
         Err(e) => {
             eprintln(&format!("tollgate {command}: cannot write to stdout: {e}"));
