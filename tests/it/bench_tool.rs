@@ -121,9 +121,11 @@ async fn a_request_budget_reports_the_measured_time_and_rate() {
         "measured {} s of a {wall} s run",
         report.duration_s
     );
+    // The report rounds its figures (duration to the millisecond), so a short run's
+    // rate may differ from this division by a fraction of a percent.
     let rate = 300.0 / report.duration_s;
     assert!(
-        (report.rps - rate).abs() <= 1.0,
+        (report.rps - rate).abs() <= rate * 0.01,
         "{} req/s reported, {rate} measured",
         report.rps
     );
