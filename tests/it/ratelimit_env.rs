@@ -53,7 +53,10 @@ fn serve_runs_on_envoyproxy_ratelimit_variables_alone() {
         .env("RUNTIME_IGNOREDOTFILES", "true")
         .env("CONFIG_TYPE", "FILE")
         .env("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")
-        .env("DEBUG_PORT", "6070")
+        // envoyproxy/ratelimit's debug port: honoured (the config views move there);
+        // port 0 so parallel tests never collide.
+        .env("DEBUG_HOST", "127.0.0.1")
+        .env("DEBUG_PORT", "0")
         .env("HOST", "127.0.0.1")
         .env("PORT", http.to_string())
         .env("GRPC_HOST", "127.0.0.1")
@@ -105,11 +108,12 @@ fn serve_runs_on_envoyproxy_ratelimit_variables_alone() {
         let parsed: Result<serde_json::Value, _> = serde_json::from_str(line);
         assert!(parsed.is_ok(), "LOG_FORMAT=json, yet: {line}");
     }
-    for name in [
-        "USE_STATSD",
-        "DEBUG_PORT",
-        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
-    ] {
+    assert!(
+        log.lines()
+            .any(|l| l.contains("tollgate serving") && l.contains("\"debug\":\"127.0.0.1:")),
+        "DEBUG_HOST/DEBUG_PORT bind the debug port:\n{log}"
+    );
+    for name in ["USE_STATSD", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"] {
         assert!(
             log.lines()
                 .any(|l| l.contains("setting_ignored") && l.contains(name)),
