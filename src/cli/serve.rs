@@ -1,11 +1,17 @@
-//! `tollgate serve`: resolve settings, validate the config before binding anything,
-//! then serve until SIGTERM or SIGINT (NOT_SERVING at once, a drain period, then the
+//! `tollgate serve`: resolve settings, load the config before binding anything, then
+//! serve until SIGTERM or SIGINT (NOT_SERVING at once, a drain period, then the
 //! listeners close and calls in flight finish). The config is reloaded when its
-//! directory changes and on SIGHUP; Redis reachability feeds health.
+//! directory changes and on SIGHUP; the served set and Redis reachability feed health.
+//!
+//! A start-up config that does not validate is served as envoyproxy/ratelimit does:
+//! the process stays up, NOT_SERVING (no domain limits anything meanwhile), until the
+//! watcher or SIGHUP loads a valid set; `--exit-on-invalid-config` exits with code 2
+//! instead (docs/operations.md argues the default).
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use crate::config::Config;
 use crate::config::watch::WatchOptions;
 use crate::error::Error;
 use crate::limiter::{Limiter, LimiterOptions};
@@ -68,23 +74,41 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
         observability.near_limit_ratio,
         observability.metrics,
     ));
-    let loaded = reload::load_set(&settings.config)?;
-    tracing::info!(
-        event = "config_loaded",
-        path = %settings.config.display(),
-        domains = loaded.config.domains().len(),
-        hash = %loaded.hash,
-        generation = 1,
-        "config loaded"
-    );
+    // Named before the config: a user at LOG_LEVEL=warn must still learn that a
+    // setting they rely on (USE_STATSD, ...) does nothing here.
     for (name, reason) in &settings.ignored {
-        tracing::info!(
+        tracing::warn!(
             event = "setting_ignored",
             setting = name,
             reason,
             "{name} is set but ignored: {reason}"
         );
     }
+    let (config, status, config_loaded) = match reload::load_set(&settings.config) {
+        Ok(loaded) => {
+            let domains = loaded.config.domains().len();
+            tracing::info!(
+                event = "config_loaded",
+                path = %settings.config.display(),
+                domains,
+                hash = %loaded.hash,
+                generation = 1,
+                "config loaded"
+            );
+            let counts = reload::config_counts(domains, settings.require_domains);
+            (loaded.config, ReloadStatus::new(Some(loaded.hash)), counts)
+        }
+        Err(error) if settings.exit_on_invalid_config => return Err(error.into()),
+        Err(error) => {
+            tracing::warn!(
+                event = "config_invalid_at_start",
+                path = %settings.config.display(),
+                errors = %telemetry::Json(&error.messages()),
+                "no valid config: NOT_SERVING until a valid set loads (on change or SIGHUP)"
+            );
+            (Config::new(Vec::new()), ReloadStatus::nothing_loaded(), false)
+        }
+    };
     if !settings.ignore_dotfiles {
         tracing::debug!(
             "names starting with '.' are skipped whatever RUNTIME_IGNOREDOTFILES says: \
@@ -110,7 +134,7 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
     )
     .await?;
     let limiter = Arc::new(Limiter::with_metrics(
-        loaded.config,
+        config,
         store.clone(),
         LimiterOptions {
             global_shadow_mode: settings.shadow_mode,
@@ -120,12 +144,12 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
         },
         metrics,
     ));
-    let status = Arc::new(ReloadStatus::new(Some(loaded.hash)));
-    let reloader = Arc::new(Reloader::new(
-        limiter.clone(),
-        settings.config.clone(),
-        status.clone(),
-    ));
+    let status = Arc::new(status);
+    let health = Arc::new(Health::new(config_loaded));
+    let reloader = Arc::new(
+        Reloader::new(limiter.clone(), settings.config.clone(), status.clone())
+            .with_health(health.clone(), settings.require_domains),
+    );
     // Before the ports open: a SIGHUP that arrives once we answer must find its handler
     // (SIGHUP's default action ends the process).
     let _sighup = reload_on_sighup(reloader.clone());
@@ -134,7 +158,6 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
         options.anchors = settings.watch_anchors.clone();
         reload::spawn_watch(reloader.clone(), options)
     });
-    let health = Arc::new(Health::new(true));
     let _probe = (settings.redis.is_some() && settings.health_check_redis).then(|| {
         AbortOnDrop(health::spawn_probe(
             store.clone(),

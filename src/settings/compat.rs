@@ -94,10 +94,6 @@ pub const IGNORED: &[(&str, &str)] = &[
         "always so: a denied request consumes nothing",
     ),
     (
-        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
-        "always so: tollgate starts only with a valid config",
-    ),
-    (
         "FORCE_START_WITHOUT_INITIAL_CONFIG",
         "it applies to xDS config, which is refused",
     ),

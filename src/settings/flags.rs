@@ -44,6 +44,12 @@ pub struct ServeFlags {
     /// Do not watch the config for changes; reload only on SIGHUP
     #[arg(long)]
     pub no_watch: bool,
+    /// Exit (code 2) when the config at start-up does not validate, instead of serving NOT_SERVING until a valid set loads
+    #[arg(long)]
+    pub exit_on_invalid_config: bool,
+    /// Health is NOT_SERVING while the served set has no domain [default: $HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, else false]
+    #[arg(long, value_name = "BOOL")]
+    pub healthy_with_at_least_one_config_loaded: Option<bool>,
     /// Whether an unreachable Redis makes health NOT_SERVING [default: $REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, else true]
     #[arg(long, value_name = "BOOL")]
     pub health_check_redis: Option<bool>,

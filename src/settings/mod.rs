@@ -66,6 +66,11 @@ pub struct ServeSettings {
     pub watch_anchors: Vec<PathBuf>,
     /// Redis reachability is part of health (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
     pub health_check_redis: bool,
+    /// A start-up config that does not validate ends the process (`--exit-on-invalid-config`)
+    /// instead of serving NOT_SERVING until a valid set loads, as envoyproxy/ratelimit does.
+    pub exit_on_invalid_config: bool,
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: a served set without domains is NOT_SERVING.
+    pub require_domains: bool,
     /// `RUNTIME_IGNOREDOTFILES`; dot names are skipped either way (see README).
     pub ignore_dotfiles: bool,
     /// envoyproxy/ratelimit variables that are set but have no effect, with why.
@@ -129,6 +134,10 @@ impl ServeSettings {
             Some(check) => check,
             None => flag_bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", true)?,
         };
+        let require_domains = match flags.healthy_with_at_least_one_config_loaded {
+            Some(require) => require,
+            None => flag_bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+        };
         let grpc_addr = address(
             flags.grpc_addr.clone(),
             var("GRPC_HOST"),
@@ -168,6 +177,8 @@ impl ServeSettings {
             watch: !flags.no_watch,
             watch_anchors,
             health_check_redis,
+            exit_on_invalid_config: flags.exit_on_invalid_config,
+            require_domains,
             ignore_dotfiles,
             ignored: compat::ignored(&var),
             protection: protection::resolve(flags, &var)?,

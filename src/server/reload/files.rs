@@ -36,6 +36,15 @@ pub fn hash_set(path: &Path) -> io::Result<String> {
         .collect())
 }
 
+/// True when `path` is a directory holding no config file (by the loader's rules):
+/// envoyproxy/ratelimit serves such a directory as a set without domains.
+pub fn is_empty_set(path: &Path) -> bool {
+    let mut files = Vec::new();
+    fs::metadata(path).is_ok_and(|m| m.is_dir())
+        && collect(path, &mut files, 0).is_ok()
+        && files.is_empty()
+}
+
 /// Symlink loops cannot recurse forever: a directory tree this deep is refused.
 const MAX_DEPTH: usize = 64;
 
@@ -83,5 +92,15 @@ mod tests {
         let renamed = hash_set(dir.path()).unwrap();
         fs::rename(dir.path().join("b.yaml"), dir.path().join("a.yaml")).unwrap();
         assert_ne!(renamed, hash_set(dir.path()).unwrap());
+    }
+
+    #[test]
+    fn a_directory_without_config_files_is_an_empty_set() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("notes.txt"), "x").unwrap();
+        assert!(is_empty_set(dir.path()));
+        assert!(!is_empty_set(&dir.path().join("missing")), "a missing path is an error");
+        fs::write(dir.path().join("a.yaml"), "domain: a\n").unwrap();
+        assert!(!is_empty_set(dir.path()));
     }
 }

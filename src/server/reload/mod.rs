@@ -8,6 +8,12 @@
 //! Counters are keyed by domain, rule path, entries, algorithm and window, never by
 //! generation, so a swap leaves the counters of unchanged rules as they were.
 //!
+//! Health: with [`Reloader::with_health`] every outcome that changes what is served
+//! sets [`Health`]'s `config_loaded`, by envoyproxy/ratelimit's rule: a swapped set is
+//! loaded, except a set without domains when `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`
+//! asks for one; a failed reload changes nothing (it served what it served). A
+//! directory without config files is such a set without domains, as upstream reads it.
+//!
 //! Triggers: the directory watcher ([`crate::config::watch`], see [`spawn_watch`]) and
 //! SIGHUP (`tollgate serve`). Reloads are serialized; each first hashes the files and
 //! stops at once when they are what is already served.
@@ -21,9 +27,10 @@ use tokio::task::JoinHandle;
 use crate::config::watch::{ConfigWatcher, WatchOptions};
 use crate::config::{self, Config, ConfigErrors};
 use crate::limiter::Limiter;
+use crate::server::health::Health;
 use crate::telemetry::Json;
 
-pub use self::files::hash_set;
+pub use self::files::{hash_set, is_empty_set};
 
 mod files;
 
@@ -123,6 +130,12 @@ impl ReloadStatus {
         }
     }
 
+    /// Nothing served yet (the start-up set did not validate): generation 0, no hash,
+    /// so the first reload that validates swaps its set in whatever it hashes to.
+    pub fn nothing_loaded() -> Self {
+        Self::default()
+    }
+
     /// A copy of the current state.
     pub fn snapshot(&self) -> ReloadState {
         self.lock().clone()
@@ -143,11 +156,17 @@ pub struct LoadedSet {
 }
 
 /// Loads and validates the whole set at `path`, and hashes its files before and after:
-/// when they differ the files changed during the read, and it is read again.
+/// when they differ the files changed during the read, and it is read again. A
+/// directory without config files is a set without domains (envoyproxy/ratelimit's
+/// reading; `tollgate validate` still calls it an error, being asked about files).
 pub fn load_set(path: &Path) -> Result<LoadedSet, ReloadError> {
     for _ in 0..LOAD_ATTEMPTS {
         let before = hash_set(path);
-        let config = config::load_path(path)?;
+        let config = if is_empty_set(path) {
+            Config::new(Vec::new())
+        } else {
+            config::load_path(path)?
+        };
         match (before, hash_set(path)) {
             (Ok(before), Ok(after)) if before == after => {
                 return Ok(LoadedSet {
@@ -168,6 +187,8 @@ pub struct Reloader {
     status: Arc<ReloadStatus>,
     /// One reload at a time, so two triggers cannot swap out of order.
     serial: tokio::sync::Mutex<()>,
+    /// Readiness to update after each swap, and whether a set needs a domain to count.
+    health: Option<(Arc<Health>, bool)>,
 }
 
 impl Reloader {
@@ -182,7 +203,15 @@ impl Reloader {
             path,
             status,
             serial: tokio::sync::Mutex::new(()),
+            health: None,
         }
+    }
+
+    /// Every swap sets `health`'s `config_loaded`: true, or false for a set without
+    /// domains when `require_domains` (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+    pub fn with_health(mut self, health: Arc<Health>, require_domains: bool) -> Self {
+        self.health = Some((health, require_domains));
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -233,6 +262,9 @@ impl Reloader {
             Ok(Some(set)) => {
                 let domains = set.config.domains().len();
                 self.limiter.swap_config(set.config);
+                if let Some((health, require_domains)) = &self.health {
+                    health.set_config_loaded(config_counts(domains, *require_domains));
+                }
                 let (generation, recovered) = {
                     let mut state = self.status.lock();
                     state.generation += 1;
@@ -295,6 +327,11 @@ impl Reloader {
             "config valid again after a failed reload; last_error cleared"
         );
     }
+}
+
+/// Whether a set with `domains` domains makes health's `config_loaded` true.
+pub fn config_counts(domains: usize, require_domains: bool) -> bool {
+    domains > 0 || !require_domains
 }
 
 /// A running watch task; dropping it stops the watching.
