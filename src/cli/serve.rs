@@ -106,7 +106,11 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
                 errors = %telemetry::Json(&error.messages()),
                 "no valid config: NOT_SERVING until a valid set loads (on change or SIGHUP)"
             );
-            (Config::new(Vec::new()), ReloadStatus::nothing_loaded(), false)
+            (
+                Config::new(Vec::new()),
+                ReloadStatus::nothing_loaded(),
+                false,
+            )
         }
     };
     if !settings.ignore_dotfiles {

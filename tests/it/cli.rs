@@ -1,5 +1,5 @@
 //! The built `tollgate` binary: `validate` (summary on success, `file:line:` errors on
-//! failure), `serve` refusing a broken config before binding, `serve` + `check` +
+//! failure), `serve --exit-on-invalid-config` refusing a broken config before binding, `serve` + `check` +
 //! SIGTERM (exit 0), and envoyproxy/ratelimit's environment variables (RUNTIME_ROOT,
 //! RUNTIME_SUBDIRECTORY, GRPC_HOST/GRPC_PORT, HOST/PORT). Every wait is bounded.
 
@@ -76,15 +76,16 @@ fn validate_lists_every_error_with_file_and_line() {
 }
 
 #[test]
-fn serve_refuses_a_broken_config_before_binding() {
+fn serve_exits_on_a_broken_config_before_binding_when_asked() {
+    // Without --exit-on-invalid-config a broken set serves NOT_SERVING instead, as
+    // envoyproxy/ratelimit does (startup_health.rs); this is the opt-in fail-fast path.
     let (dir, a, _) = broken_dir();
     // Both addresses are taken: had serve bound first, it would fail on them instead.
     let grpc = TcpListener::bind("127.0.0.1:0").unwrap();
     let http = TcpListener::bind("127.0.0.1:0").unwrap();
     let mut command = tollgate();
     command
-        .arg("serve")
-        .arg("--config")
+        .args(["serve", "--exit-on-invalid-config", "--config"])
         .arg(dir.path())
         .args(["--grpc-addr", &grpc.local_addr().unwrap().to_string()])
         .args(["--http-addr", &http.local_addr().unwrap().to_string()]);

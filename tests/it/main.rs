@@ -45,6 +45,7 @@ mod sentinel;
 mod shaping;
 mod shutdown;
 mod simulate;
+mod startup_health;
 mod store_contract;
 mod tls;
 mod tracing_otlp;

@@ -99,7 +99,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("notes.txt"), "x").unwrap();
         assert!(is_empty_set(dir.path()));
-        assert!(!is_empty_set(&dir.path().join("missing")), "a missing path is an error");
+        assert!(
+            !is_empty_set(&dir.path().join("missing")),
+            "a missing path is an error"
+        );
         fs::write(dir.path().join("a.yaml"), "domain: a\n").unwrap();
         assert!(!is_empty_set(dir.path()));
     }
