@@ -7,6 +7,7 @@ pub mod bench;
 pub mod check;
 pub mod console;
 pub mod inspect;
+pub mod migrate_check;
 pub mod serve;
 pub mod simulate;
 pub mod validate;
@@ -43,6 +44,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Replay a traffic pattern through the algorithm models; print a table, draw an SVG.
     Simulate(simulate::SimulateArgs),
+    /// List everything that will behave differently from envoyproxy/ratelimit for an environment and config; exit 1 if anything does.
+    MigrateCheck(migrate_check::MigrateCheckArgs),
     /// Load any ShouldRateLimit server; report throughput and latency percentiles.
     Bench(bench::BenchArgs),
 }
@@ -63,5 +66,6 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Inspect(args) => inspect::run(args).await,
         Command::Simulate(args) => simulate::run(args),
         Command::Bench(args) => bench::run(args).await,
+        Command::MigrateCheck(args) => migrate_check::run(args),
     }
 }

@@ -6,14 +6,38 @@
 
 /// Set but without effect: `serve` logs each one found, with its reason, at start-up.
 pub const IGNORED: &[(&str, &str)] = &[
-    ("USE_STATSD", "statsd is not supported"),
-    ("STATSD_HOST", "statsd is not supported"),
-    ("STATSD_PORT", "statsd is not supported"),
-    ("USE_DOG_STATSD", "statsd is not supported"),
-    ("USE_DOG_STATSD_MOGRIFIERS", "statsd is not supported"),
-    ("EXTRA_TAGS", "statsd is not supported"),
-    ("STATS_FLUSH_INTERVAL", "statsd is not supported"),
-    ("DISABLE_STATS", "statsd is not supported"),
+    (
+        "USE_STATSD",
+        "statsd is not supported; scrape /metrics on the HTTP port (Prometheus) instead",
+    ),
+    (
+        "STATSD_HOST",
+        "statsd is not supported; scrape /metrics on the HTTP port (Prometheus) instead",
+    ),
+    (
+        "STATSD_PORT",
+        "statsd is not supported; scrape /metrics on the HTTP port (Prometheus) instead",
+    ),
+    (
+        "USE_DOG_STATSD",
+        "statsd is not supported; scrape /metrics on the HTTP port (Prometheus) instead",
+    ),
+    (
+        "USE_DOG_STATSD_MOGRIFIERS",
+        "statsd is not supported; scrape /metrics on the HTTP port (Prometheus) instead",
+    ),
+    (
+        "EXTRA_TAGS",
+        "statsd is not supported; scrape /metrics on the HTTP port (Prometheus) instead",
+    ),
+    (
+        "STATS_FLUSH_INTERVAL",
+        "statsd is not supported; scrape /metrics on the HTTP port (Prometheus) instead",
+    ),
+    (
+        "DISABLE_STATS",
+        "statsd is not supported; scrape /metrics on the HTTP port (Prometheus) instead",
+    ),
     (
         "PROMETHEUS_ADDR",
         "metrics are served at /metrics on the HTTP port (--http-addr)",
@@ -95,7 +119,7 @@ pub const IGNORED: &[(&str, &str)] = &[
     ),
     (
         "FORCE_START_WITHOUT_INITIAL_CONFIG",
-        "it applies to xDS config, which is refused",
+        "it applies to xDS config, which is refused; limits come from files",
     ),
     (
         "MERGE_DOMAIN_CONFIG",
@@ -128,13 +152,33 @@ const REFUSED: &[(&str, &[&str], &str)] = &[
 
 /// The first setting that asks for what tollgate cannot do, as an error message.
 pub fn refused(var: &dyn Fn(&str) -> Option<String>) -> Option<String> {
-    REFUSED.iter().find_map(|(name, accepted, why)| {
-        let value = var(name)?;
-        let harmless = accepted
-            .iter()
-            .any(|a| a.eq_ignore_ascii_case(value.trim()));
-        (!harmless).then(|| format!("{name}={value}: {why}"))
-    })
+    refused_all(var).into_iter().next()
+}
+
+/// Every setting that asks for what tollgate cannot do (`migrate-check` lists them all).
+pub fn refused_all(var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+    REFUSED
+        .iter()
+        .filter_map(|(name, accepted, why)| {
+            let value = var(name)?;
+            let harmless = accepted
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(value.trim()));
+            (!harmless).then(|| format!("{name}={value}: {why}"))
+        })
+        .collect()
+}
+
+/// Whether an ignored setting's value already asks for what tollgate does: an
+/// "always so" setting set true, or a `USE_*` switch set false (turning off what
+/// tollgate lacks).
+pub fn agrees(name: &str, value: &str) -> bool {
+    let reason = IGNORED.iter().find(|(n, _)| *n == name).map(|(_, r)| *r);
+    match crate::settings::parse_bool(value) {
+        Some(true) => reason.is_some_and(|r| r.starts_with("always so")),
+        Some(false) => name.starts_with("USE_"),
+        None => false,
+    }
 }
 
 /// The ignored settings that are set, with their reasons, in list order.
@@ -220,7 +264,10 @@ mod tests {
             if path.is_dir() {
                 read_sources(&path, out);
             } else if path.extension().is_some_and(|e| e == "rs")
-                && path.file_name().is_some_and(|n| n != "tests.rs")
+                // migrate-check names upstream's variables to explain them, not to read them.
+                && path
+                    .file_name()
+                    .is_some_and(|n| n != "tests.rs" && n != "migrate_check.rs")
             {
                 // Test code may name any variable; only what runs counts.
                 let text = std::fs::read_to_string(&path).unwrap();

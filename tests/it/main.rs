@@ -32,6 +32,7 @@ mod logs;
 mod matching;
 mod memory_usage;
 mod metrics;
+mod migrate_check;
 mod ratelimit_env;
 mod redis_concurrency;
 mod redis_failure;
