@@ -49,4 +49,5 @@ mod simulate;
 mod startup_health;
 mod store_contract;
 mod tls;
+mod tracing_b3;
 mod tracing_otlp;
