@@ -1,4 +1,4 @@
-//! The command line: `serve`, `validate`, `check`, `inspect`, `simulate` and `bench`.
+//! The command line: `serve`, `validate`, `check`, `inspect`, `simulate`, `bench` and `migrate-check`.
 //! Each subcommand lives in its own file; [`run`] turns its outcome into the process
 //! exit code, and `main.rs` only parses and dispatches. Every write to stdout or
 //! stderr goes through [`out`], so a closed pipe never panics.
