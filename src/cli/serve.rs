@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::server::health::{self, Health};
 use crate::server::reload::{self, ReloadError, ReloadStatus, Reloader, Trigger};
 use crate::server::{self, Listeners, ServeOptions};
-use crate::settings::{ServeFlags, ServeSettings};
+use crate::settings::{ServeFlags, ServeSettings, compat};
 use crate::store::{StoreError, stack};
 use crate::telemetry::{self, LogSettings, TelemetryError};
 
@@ -76,13 +76,24 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
     ));
     // Named before the config: a user at LOG_LEVEL=warn must still learn that a
     // setting they rely on (USE_STATSD, ...) does nothing here.
+    // A value that asks for what tollgate does anyway (USE_STATSD=false) stays at info.
     for (name, reason) in &settings.ignored {
-        tracing::warn!(
-            event = "setting_ignored",
-            setting = name,
-            reason,
-            "{name} is set but ignored: {reason}"
-        );
+        let value = std::env::var(name).unwrap_or_default();
+        if compat::agrees(name, &value) {
+            tracing::info!(
+                event = "setting_ignored",
+                setting = name,
+                reason,
+                "{name}={value} is ignored, as it asks for what tollgate does: {reason}"
+            );
+        } else {
+            tracing::warn!(
+                event = "setting_ignored",
+                setting = name,
+                reason,
+                "{name} is set but ignored: {reason}"
+            );
+        }
     }
     let (config, status, config_loaded) = match reload::load_set(&settings.config) {
         Ok(loaded) => {
