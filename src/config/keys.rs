@@ -241,7 +241,10 @@ descriptors:
         let found = check(yaml).unwrap();
         let lines: Vec<u64> = found.iter().map(|(l, _)| *l).collect();
         assert_eq!(lines, [2, 5, 8], "{found:#?}");
-        assert!(found[0].1.contains("unknown key 'descriptorz'"), "{found:#?}");
+        assert!(
+            found[0].1.contains("unknown key 'descriptorz'"),
+            "{found:#?}"
+        );
         assert!(found[1].1.contains("unknown key 'quota_mod'"), "{found:#?}");
         assert!(found[2].1.starts_with("requests_per_unit:"), "{found:#?}");
     }
@@ -283,7 +286,10 @@ descriptors:
 ";
         let found = check(yaml).unwrap();
         assert_eq!(found.len(), 1, "{found:#?}");
-        assert!(found[0].1.contains("descriptors: expected a list"), "{found:#?}");
+        assert!(
+            found[0].1.contains("descriptors: expected a list"),
+            "{found:#?}"
+        );
         let yaml = "domain: d\ndescriptors:\n  - key: a\n    metadata: 5\n    shadow_mode: maybe\n";
         let found = check(yaml).unwrap();
         assert_eq!(found.len(), 2, "{found:#?}");
