@@ -113,6 +113,8 @@ fn walk(node: &Spanned<Node>, shape: &Shape, field: &str, found: &mut Vec<(u64, 
         (Shape::Text, Node::Map(_) | Node::Seq(_)) => wrong("text"),
         (Shape::Text, _) => {}
         (Shape::Bool, Node::Bool(_)) => {}
+        // A quoted `"true"` is a string to YAML, yet the typed parse accepts it.
+        (Shape::Bool, Node::Text(t)) if is_bool_text(t) => {}
         (Shape::Bool, _) => wrong("true or false"),
         (Shape::U32, Node::Int(i)) if u32::try_from(*i).is_ok() => {}
         (Shape::U32, Node::Text(t)) if t.trim().parse::<u32>().is_ok() => {}
@@ -149,6 +151,13 @@ fn walk(node: &Spanned<Node>, shape: &Shape, field: &str, found: &mut Vec<(u64, 
         }
         (Shape::Map(_), _) => wrong("a mapping"),
     }
+}
+
+fn is_bool_text(text: &str) -> bool {
+    let spellings = ["true", "false", "yes", "no", "on", "off"];
+    spellings
+        .iter()
+        .any(|s| text.trim().eq_ignore_ascii_case(s))
 }
 
 fn key_text(node: &Node) -> String {
@@ -290,7 +299,7 @@ descriptors:
             found[0].1.contains("descriptors: expected a list"),
             "{found:#?}"
         );
-        let yaml = "domain: d\ndescriptors:\n  - key: a\n    metadata: 5\n    shadow_mode: maybe\n";
+        let yaml = "domain: d\ndescriptors:\n  - key: a\n    metadata: 5\n    shadow_mode: maybe\n    quota_mode: \"true\"\n";
         let found = check(yaml).unwrap();
         assert_eq!(found.len(), 2, "{found:#?}");
     }
