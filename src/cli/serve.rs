@@ -153,6 +153,8 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
         store.clone(),
         LimiterOptions {
             global_shadow_mode: settings.shadow_mode,
+            global_quota_mode: settings.quota_mode,
+            response_dynamic_metadata: settings.response_dynamic_metadata,
             headers: protection.headers.clone(),
             retry_after_jitter: protection.retry_after_jitter,
             replicas: protection.replicas,

@@ -92,6 +92,16 @@ fn parse(file: &Path, text: &str, errors: &mut Vec<ConfigError>) -> Option<Domai
     {
         return Some(DomainYaml::default());
     }
+    // Every unknown key and mistyped value of the file at once; serde alone would
+    // stop at the first.
+    if let Some(found) = super::keys::check(text)
+        && !found.is_empty()
+    {
+        for (line, message) in found {
+            errors.push(ConfigError::new(file, Some(line), message));
+        }
+        return None;
+    }
     match serde_saphyr::from_str::<DomainYaml>(text) {
         Ok(yaml) => Some(yaml),
         Err(e) => {

@@ -8,6 +8,7 @@
 pub mod compile;
 pub mod diagnostics;
 pub mod glob;
+mod keys;
 pub mod limit;
 pub mod load;
 pub mod matcher;
@@ -22,7 +23,7 @@ use std::sync::Arc;
 pub use diagnostics::{ConfigError, ConfigErrors};
 pub use limit::{Limit, Unit};
 pub use load::{load_path, load_sources};
-pub use rule::{Rule, RuleKind, Tarpit};
+pub use rule::{Metadata, Rule, RuleKind, Tarpit};
 pub use tree::{Domain, FailureMode, RawBody};
 
 /// A validated config set: every domain by name.

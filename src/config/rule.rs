@@ -1,5 +1,6 @@
 //! The compiled, immutable form of a descriptor node's rule: its limits (see
-//! [`super::limit`]), name, `replaces`, shadow mode, metrics detail, hash tag and tarpit.
+//! [`super::limit`]), name, `replaces`, shadow and quota mode, metrics detail, metadata,
+//! hash tag and tarpit.
 //! What the matcher returns and the limiter turns into counter operations.
 
 use std::sync::Arc;
@@ -30,6 +31,19 @@ pub struct Rule {
     pub shadow_mode: bool,
     /// Metrics may carry descriptor values for this rule (envoyproxy/ratelimit meaning).
     pub detailed_metric: bool,
+    /// envoyproxy/ratelimit's `quota_mode`: over its limit, this descriptor denies the
+    /// request only when every quota-mode descriptor of the request is over too.
+    pub quota_mode: bool,
+    /// envoyproxy/ratelimit's `value_to_metric`, one flag per level of this rule's
+    /// path (root first, as many as the path has entries): true where that level's
+    /// node sets it, so the request's value at that level goes into the metric key
+    /// (upstream: `domain.key_value.key2_value2`; a level matched by its exact value
+    /// always shows the value, a wildcard level shows its pattern unless flagged, a
+    /// key-only level shows the key alone unless flagged). `None`: no level sets it.
+    pub value_to_metric: Option<Arc<[bool]>>,
+    /// envoyproxy/ratelimit's descriptor `metadata`, merged into the answer's
+    /// `dynamic_metadata` under `metadata` when this rule passes.
+    pub metadata: Option<Metadata>,
     /// tollgate extension: the descriptor keys whose entries form the Redis Cluster
     /// hash tag of this rule's counters (nearest `hash_tag` up the tree, else the
     /// domain's); `None` tags with every entry.
@@ -37,6 +51,14 @@ pub struct Rule {
     /// tollgate extension: hold this rule's OVER_LIMIT answers back.
     pub tarpit: Option<Tarpit>,
 }
+
+/// A descriptor's `metadata`, converted once at load into the protobuf `Struct` the
+/// answer carries. `Eq` is sound in practice: values come from YAML, and a NaN in
+/// metadata only makes two otherwise equal configs compare unequal (a needless swap).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metadata(pub Arc<prost_types::Struct>);
+
+impl Eq for Metadata {}
 
 /// Delaying denials: Envoy holds the client's request while tollgate waits, so an
 /// attacker's request rate drops to its concurrency over `delay`. At most

@@ -2,7 +2,10 @@
 //!
 //! These types only mirror the file: every field a user may write, wrapped in
 //! [`Spanned`] where a later validation error must point at its line. Unknown keys are
-//! rejected here by serde (`deny_unknown_fields`), as envoyproxy/ratelimit rejects them.
+//! rejected here by serde (`deny_unknown_fields`), as envoyproxy/ratelimit rejects them;
+//! [`super::keys`] walks the file first so that every unknown key and mistyped value
+//! of a file is reported, not only the first one serde meets. A key added here is
+//! added there too.
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
@@ -49,9 +52,15 @@ pub struct DescriptorYaml {
     pub rate_limits: Option<Spanned<Vec<Spanned<RateLimitYaml>>>>,
     pub descriptors: Option<Vec<Spanned<DescriptorYaml>>>,
     pub shadow_mode: Option<bool>,
+    /// envoyproxy/ratelimit: an over-limit quota-mode descriptor denies the request
+    /// only when every quota-mode descriptor of it is over.
+    pub quota_mode: Option<bool>,
     pub detailed_metric: Option<bool>,
     pub share_threshold: Option<Spanned<bool>>,
     pub value_to_metric: Option<bool>,
+    /// envoyproxy/ratelimit: any mapping, returned in the answer's `dynamic_metadata`
+    /// when this node's limit applies and passes (`RESPONSE_DYNAMIC_METADATA`).
+    pub metadata: Option<Spanned<serde_json::Map<String, serde_json::Value>>>,
     /// tollgate extension: overrides the domain's `hash_tag` for this subtree.
     pub hash_tag: Option<Spanned<Vec<String>>>,
     /// tollgate extension: delay this rule's OVER_LIMIT answers.

@@ -35,6 +35,12 @@ type Counted = (Vec<Decision>, Vec<usize>, Option<FailureMode>);
 pub struct LimiterOptions {
     /// `SHADOW_MODE`: decide and report, but answer OK overall.
     pub global_shadow_mode: bool,
+    /// `QUOTA_MODE`: every descriptor is quota-mode (the request is denied only when
+    /// all of them are over).
+    pub global_quota_mode: bool,
+    /// `RESPONSE_DYNAMIC_METADATA`: the answer's `dynamic_metadata` describes the
+    /// request and carries the passed descriptors' YAML `metadata`, as upstream's does.
+    pub response_dynamic_metadata: bool,
     /// Rate-limit headers added to responses.
     pub headers: HeaderStyle,
     /// Up to this much is added at random to `Retry-After` (full jitter).
@@ -120,7 +126,8 @@ impl Limiter {
             observe::matched(&descriptors);
             descriptors
         };
-        let plan = plan::build(domain, request, descriptors, global_shadow);
+        let modes = (global_shadow, self.options.global_quota_mode);
+        let plan = plan::build(domain, request, descriptors, modes);
 
         let (decisions, local, fallback) = self.count(domain, &request.domain, &plan.ops).await?;
         observe::count_rules(&self.metrics, &plan, &decisions, &local, global_shadow);

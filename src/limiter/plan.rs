@@ -142,14 +142,35 @@ pub fn apply_replaces(plans: &mut [Plan<'_>]) {
     }
 }
 
+/// Whether a descriptor counts as quota-mode (envoyproxy/ratelimit's `isQuotaMode`):
+/// its rule says `quota_mode`, or `QUOTA_MODE` is on. Under `QUOTA_MODE` a descriptor
+/// without a limit counts too, as a quota descriptor that passed; an `unlimited` one
+/// never does.
+pub fn is_quota(plan: &Plan<'_>, global_quota: bool) -> bool {
+    match plan {
+        Plan::Unlimited => false,
+        Plan::NoLimit => global_quota,
+        Plan::Limited { rule, .. } => global_quota || rule.is_some_and(|r| r.quota_mode),
+    }
+}
+
 /// One counter operation per limit of every limited descriptor, in request order;
 /// each descriptor's plan learns where its operations are.
 pub fn build<'a>(
     domain: Option<&Domain>,
     request: &RateLimitRequest,
     mut descriptors: Vec<Plan<'a>>,
-    global_shadow: bool,
+    (global_shadow, global_quota): (bool, bool),
 ) -> RequestPlan<'a> {
+    // A quota-mode descriptor over its limit denies only when every quota-mode
+    // descriptor of the request is over, so its counters cannot veto the batch, unless
+    // it is the request's only one: then its denial is the request's, and vetoing keeps
+    // "a denied request consumes nothing". (With several, a request denied because all
+    // of them are over still counts its other descriptors' hits, as upstream does.)
+    let quota_descriptors = descriptors
+        .iter()
+        .filter(|p| is_quota(p, global_quota))
+        .count();
     // Envoy sends 0 when the route sets no hits_addend: that means one hit. A
     // descriptor's own hits_addend wins, and its 0 means "check only".
     let default_cost = u64::from(request.hits_addend.max(1));
@@ -170,13 +191,15 @@ pub fn build<'a>(
         let cost = descriptor.hits_addend.unwrap_or(default_cost);
         // A shadow-mode counter counts but cannot veto the batch.
         let shadow = rule.is_some_and(|r| r.shadow_mode) || global_shadow;
+        let quota = global_quota || rule.is_some_and(|r| r.quota_mode);
+        let vetoes = !shadow && (!quota || quota_descriptors == 1);
         let first = ops.len();
         for limit in limits.as_slice() {
             ops.push(CounterOp {
                 key: counter_key(domain_name, *rule, descriptor, *shared, limit),
                 params: limit.params(),
                 cost,
-                vetoes: !shadow,
+                vetoes,
             });
         }
         *range = first..ops.len();

@@ -4,7 +4,7 @@
 //!
 //! `/rlconfig` prints one line per limit, exactly as envoyproxy/ratelimit does for its
 //! own features (`<domain>.<path>: unit=MINUTE requests_per_unit=10, shadow_mode:
-//! false`), with tollgate's extensions appended only when used (`, algorithm: gcra`,
+//! false, quota_mode: false`), with tollgate's extensions appended only when used (`, algorithm: gcra`,
 //! `, unit_multiplier: 5`, `, burst: 20`), and `unlimited` rules as
 //! envoyproxy/ratelimit shows them (`unit=UNKNOWN requests_per_unit=0`) plus
 //! `, unlimited: true`. Domains are in name order, rules in config order.
@@ -28,18 +28,19 @@ pub fn rlconfig(config: &Config) -> String {
                 RuleKind::Unlimited => {
                     let _ = writeln!(
                         out,
-                        "{key}: unit=UNKNOWN requests_per_unit=0, shadow_mode: {}, unlimited: true",
-                        rule.shadow_mode
+                        "{key}: unit=UNKNOWN requests_per_unit=0, shadow_mode: {}, quota_mode: {}, unlimited: true",
+                        rule.shadow_mode, rule.quota_mode
                     );
                 }
                 RuleKind::Limited(limits) => {
                     for limit in limits {
                         let _ = writeln!(
                             out,
-                            "{key}: unit={} requests_per_unit={}, shadow_mode: {}{}",
+                            "{key}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}{}",
                             limit.unit.name().to_ascii_uppercase(),
                             limit.requests_per_unit,
                             rule.shadow_mode,
+                            rule.quota_mode,
                             extensions(limit)
                         );
                     }
@@ -106,6 +107,7 @@ fn rule_json(domain: &str, rule: &Rule) -> Value {
         "unlimited": unlimited,
         "limits": limits,
         "shadow_mode": rule.shadow_mode,
+        "quota_mode": rule.quota_mode,
         "detailed_metric": rule.detailed_metric,
         "replaces": rule.replaces.iter().map(|r| &**r).collect::<Vec<_>>(),
         "hash_tag": rule.hash_tag.as_ref().map(|keys| keys.iter().map(|k| &**k).collect::<Vec<_>>()),

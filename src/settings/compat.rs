@@ -50,7 +50,6 @@ pub const IGNORED: &[(&str, &str)] = &[
         "PROMETHEUS_MAPPER_YAML",
         "metric names are tollgate's own (see docs/metrics-and-logs.md)",
     ),
-    ("RESPONSE_DYNAMIC_METADATA", "dynamic metadata is not sent"),
     (
         "GRPC_MAX_CONNECTION_AGE",
         "connections are kept until the client or a shutdown closes them",

@@ -23,6 +23,12 @@ pub struct ServeFlags {
     /// Answer OK overall even when over a limit (also $SHADOW_MODE)
     #[arg(long)]
     pub shadow_mode: bool,
+    /// Treat every descriptor as quota-mode: a request is denied only when all of its descriptors are over their limits (also $QUOTA_MODE)
+    #[arg(long)]
+    pub quota_mode: bool,
+    /// Fill the answer's dynamic_metadata with the request and the passed descriptors' YAML metadata, as envoyproxy/ratelimit does (also $RESPONSE_DYNAMIC_METADATA)
+    #[arg(long)]
+    pub response_dynamic_metadata: bool,
     /// Standalone Redis: redis://[user:pass@]host:port/db, rediss:// for TLS [default: $REDIS_URL]
     #[arg(long)]
     pub redis_url: Option<String>,

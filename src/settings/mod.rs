@@ -55,6 +55,10 @@ pub struct ServeSettings {
     /// Where the config views are served apart from the HTTP port (`None`: on it).
     pub debug_addr: Option<SocketAddr>,
     pub shadow_mode: bool,
+    /// `QUOTA_MODE`: every descriptor is quota-mode.
+    pub quota_mode: bool,
+    /// `RESPONSE_DYNAMIC_METADATA`: describe the request in the answer's metadata.
+    pub response_dynamic_metadata: bool,
     /// `None`: the in-memory store (limits per process).
     pub redis: Option<RedisOptions>,
     /// Keep answering (NOT_SERVING) this long after SIGTERM before closing.
@@ -165,6 +169,9 @@ impl ServeSettings {
             )?),
         };
         let shadow_mode = flags.shadow_mode || flag_bool("SHADOW_MODE", false)?;
+        let quota_mode = flags.quota_mode || flag_bool("QUOTA_MODE", false)?;
+        let response_dynamic_metadata =
+            flags.response_dynamic_metadata || flag_bool("RESPONSE_DYNAMIC_METADATA", false)?;
         let redis = redis::redis_options(flags, &var)?;
         Ok(Self {
             config,
@@ -172,6 +179,8 @@ impl ServeSettings {
             http_addr,
             debug_addr,
             shadow_mode,
+            quota_mode,
+            response_dynamic_metadata,
             redis,
             drain: Duration::from_secs_f64(drain_seconds),
             watch: !flags.no_watch,

@@ -173,10 +173,10 @@ async fn rlconfig_lists_every_limit_like_envoyproxy_ratelimit() {
     assert!(content_type.starts_with("text/plain"), "{content_type}");
     assert_eq!(
         body,
-        "api.tenant: unit=SECOND requests_per_unit=5, shadow_mode: false, algorithm: token_bucket, burst: 10\n\
-         login.remote_address: unit=MINUTE requests_per_unit=10, shadow_mode: false\n\
-         login.account: unit=HOUR requests_per_unit=20, shadow_mode: true\n\
-         login.account.path_/admin: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, unlimited: true\n"
+        "api.tenant: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false, algorithm: token_bucket, burst: 10\n\
+         login.remote_address: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode: false\n\
+         login.account: unit=HOUR requests_per_unit=20, shadow_mode: true, quota_mode: false\n\
+         login.account.path_/admin: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false, unlimited: true\n"
     );
 }
 

@@ -2,6 +2,7 @@
 //! loader, each error naming the file, the line and the descriptor it concerns.
 
 mod limit;
+mod metadata;
 mod response;
 
 use std::collections::hash_map::Entry;
@@ -12,7 +13,7 @@ use serde_saphyr::Spanned;
 
 use super::diagnostics::{ConfigError, key_line};
 use super::glob::Glob;
-use super::rule::{Rule, RuleKind, Tarpit};
+use super::rule::{Metadata, Rule, RuleKind, Tarpit};
 use super::schema::{DescriptorYaml, DomainYaml};
 use super::tree::{Branch, Domain, FailureMode, Level, Node};
 
@@ -55,6 +56,7 @@ pub fn compile_domain(
         composite: format!("{name}."),
         path: String::new(),
         keys: Vec::new(),
+        value_to_metric: Vec::new(),
         hash_tag,
     };
     let root = compiler.level(&scope, yaml.descriptors.unwrap_or_default());
@@ -95,6 +97,8 @@ struct Scope {
     path: String,
     /// Entry keys from the root down to the parent.
     keys: Vec<String>,
+    /// `value_to_metric` of each node from the root down to the parent.
+    value_to_metric: Vec<bool>,
     hash_tag: Option<Arc<[Arc<str>]>>,
 }
 
@@ -135,6 +139,8 @@ impl Compiler<'_> {
             };
             let mut keys = scope.keys.clone();
             keys.push(key.clone());
+            let mut value_to_metric = scope.value_to_metric.clone();
+            value_to_metric.push(d.value_to_metric.unwrap_or(false));
             let path = if scope.path.is_empty() {
                 final_key.clone()
             } else {
@@ -164,9 +170,15 @@ impl Compiler<'_> {
             };
             let tarpit = response::tarpit(source, &what, d.tarpit.take(), &mut report);
             self.errors.append(&mut tarpit_errors);
+            let metadata = metadata::convert(d.metadata.take());
             let flags = RuleFlags {
                 shadow_mode: d.shadow_mode.unwrap_or(false),
+                quota_mode: d.quota_mode.unwrap_or(false),
                 detailed_metric: d.detailed_metric.unwrap_or(false),
+                value_to_metric: value_to_metric
+                    .contains(&true)
+                    .then(|| value_to_metric.as_slice().into()),
+                metadata,
                 hash_tag: hash_tag.clone(),
                 tarpit,
             };
@@ -175,6 +187,7 @@ impl Compiler<'_> {
                 composite: format!("{}{final_key}.", scope.composite),
                 path,
                 keys,
+                value_to_metric,
                 hash_tag,
             };
             let node = Node {
@@ -320,7 +333,10 @@ impl Compiler<'_> {
             kind,
             replaces: replaces.into_iter().map(|(r, _)| r).collect(),
             shadow_mode: flags.shadow_mode,
+            quota_mode: flags.quota_mode,
             detailed_metric: flags.detailed_metric,
+            value_to_metric: flags.value_to_metric,
+            metadata: flags.metadata,
             hash_tag: flags.hash_tag,
             tarpit: flags.tarpit,
         };
@@ -332,7 +348,10 @@ impl Compiler<'_> {
 /// Descriptor-level settings that end up on the rule.
 struct RuleFlags {
     shadow_mode: bool,
+    quota_mode: bool,
     detailed_metric: bool,
+    value_to_metric: Option<Arc<[bool]>>,
+    metadata: Option<Metadata>,
     hash_tag: Option<Arc<[Arc<str>]>>,
     tarpit: Option<Tarpit>,
 }

@@ -4,6 +4,7 @@
 //! the answer back (a denying rule's tarpit, or a shaped request's turn).
 
 mod headers;
+mod metadata;
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ pub use self::headers::{
     HeaderStyle, SHADOW_HEADER, denied_body, rate_limit_headers, retry_after_header, shadow_header,
 };
 use super::LimiterOptions;
-use super::plan::{Plan, RequestPlan, rule_name};
+use super::plan::{Plan, RequestPlan, is_quota, rule_name};
 use crate::algorithm::Decision;
 use crate::config::{Domain, FailureMode, Limit, Rule, Tarpit};
 use crate::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
@@ -51,6 +52,9 @@ struct Report<'a> {
     denial: Option<Denial<'a>>,
     /// A shadow-mode rule of this descriptor was over its limit.
     shadow_exceeded: bool,
+    /// Quota-mode (`quota_mode` or `QUOTA_MODE`): its denial counts only when every
+    /// quota-mode descriptor of the request denies.
+    quota: bool,
     /// The counter key whose entries the shadow-mode log event shows; formatted only
     /// when a line is written (formatting it for every request cost ~2% of the CPU).
     key: Option<&'a CounterKey>,
@@ -81,9 +85,20 @@ pub(super) fn build<'a>(
     let mut statuses = Vec::with_capacity(plan.descriptors.len());
     let mut reports = Vec::with_capacity(plan.descriptors.len());
     for descriptor in &plan.descriptors {
-        let (status, report) = report(descriptor, &plan.ops, decisions, global_shadow);
+        let (status, mut report) = report(descriptor, &plan.ops, decisions, global_shadow);
+        report.quota = is_quota(descriptor, options.global_quota_mode);
         statuses.push(status);
         reports.push(report);
+    }
+    // envoyproxy/ratelimit: OVER_LIMIT when any other descriptor is over, or when
+    // there are quota-mode descriptors and all of them are; the statuses keep saying
+    // which are over either way.
+    let quotas = reports.iter().filter(|r| r.quota);
+    let all_quota_over = quotas.clone().count() > 0 && quotas.clone().all(|r| r.denial.is_some());
+    if !all_quota_over {
+        for r in reports.iter_mut().filter(|r| r.quota) {
+            r.denial = None;
+        }
     }
     let enforced_denial = reports.iter().any(|r| r.denial.is_some());
     let windows: Vec<Option<u64>> = reports.iter().map(|r| r.window_secs).collect();
@@ -99,6 +114,19 @@ pub(super) fn build<'a>(
         statuses,
         ..Default::default()
     };
+    if options.response_dynamic_metadata {
+        // upstream: the metadata of descriptors that answered OK (not unlimited).
+        let passed = plan
+            .descriptors
+            .iter()
+            .zip(&response.statuses)
+            .filter(|(_, s)| s.code == Code::Ok as i32)
+            .filter_map(|(p, _)| match p {
+                Plan::Limited { rule, .. } => *rule,
+                _ => None,
+            });
+        response.dynamic_metadata = Some(metadata::build(request, passed));
+    }
     if log_shadowed(&request.domain, &reports, global_shadow) {
         // Shadow mode: the request goes through, marked for the upstream.
         response.request_headers_to_add.push(shadow_header());
@@ -170,6 +198,8 @@ fn report<'a>(
                 .unwrap_or_default(),
         }),
         shadow_exceeded: shadow && denied.is_some(),
+        // Set by the caller, which knows the global setting.
+        quota: false,
         key,
     };
     (status, report)
