@@ -64,9 +64,10 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
             "exporting trace spans over OTLP"
         );
     }
-    let metrics = Arc::new(Metrics::new(
+    let metrics = Arc::new(Metrics::with_names(
         observability.near_limit_ratio,
         observability.metrics,
+        observability.metric_names,
     ));
     let loaded = reload::load_set(&settings.config)?;
     tracing::info!(
