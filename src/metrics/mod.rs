@@ -299,7 +299,10 @@ impl Metrics {
     /// The service-wide numbers upstream exports, from tollgate's own handles.
     fn upstream_service_counts(&self) -> upstream::ServiceCounts {
         let errors = |kinds: &[RequestErrorKind]| -> u64 {
-            kinds.iter().map(|k| self.request_errors[k.index()].get()).sum()
+            kinds
+                .iter()
+                .map(|k| self.request_errors[k.index()].get())
+                .sum()
         };
         upstream::ServiceCounts {
             requests: self.requests.iter().map(Counter::get).sum(),

@@ -69,7 +69,10 @@ impl UpstreamNames {
         let series = self.series.lock().unwrap_or_else(PoisonError::into_inner);
         for (i, stat) in STATS.iter().enumerate() {
             let name = format!("ratelimit_service_rate_limit_{stat}");
-            writeln!(text, "# HELP {name} envoyproxy/ratelimit's {stat}, per limit")?;
+            writeln!(
+                text,
+                "# HELP {name} envoyproxy/ratelimit's {stat}, per limit"
+            )?;
             writeln!(text, "# TYPE {name} counter")?;
             for ((domain, key1, key2), counters) in series.iter() {
                 write!(
@@ -85,14 +88,29 @@ impl UpstreamNames {
             }
         }
         let name = "ratelimit_service_should_rate_limit_error";
-        writeln!(text, "# HELP {name} Requests that failed, by upstream's error type")?;
+        writeln!(
+            text,
+            "# HELP {name} Requests that failed, by upstream's error type"
+        )?;
         writeln!(text, "# TYPE {name} counter")?;
-        writeln!(text, "{name}{{err_type=\"redis_error\"}} {}", service.redis_errors)?;
-        writeln!(text, "{name}{{err_type=\"service_error\"}} {}", service.service_errors)?;
+        writeln!(
+            text,
+            "{name}{{err_type=\"redis_error\"}} {}",
+            service.redis_errors
+        )?;
+        writeln!(
+            text,
+            "{name}{{err_type=\"service_error\"}} {}",
+            service.service_errors
+        )?;
         let name = "ratelimit_service_total_requests";
         writeln!(text, "# HELP {name} ShouldRateLimit requests")?;
         writeln!(text, "# TYPE {name} counter")?;
-        writeln!(text, "{name}{{grpc_method=\"ShouldRateLimit\"}} {}", service.requests)?;
+        writeln!(
+            text,
+            "{name}{{grpc_method=\"ShouldRateLimit\"}} {}",
+            service.requests
+        )?;
         for (stat, value) in [
             ("config_load_success", service.config_load_success),
             ("config_load_error", service.config_load_error),
@@ -173,16 +191,16 @@ mod tests {
 
     #[test]
     fn a_stats_key_splits_into_domain_and_two_keys_as_upstreams_mapper_does() {
-        assert_eq!(
-            labels("rl.foo_bar"),
-            ("rl".into(), "foo_bar".into(), None)
-        );
+        assert_eq!(labels("rl.foo_bar"), ("rl".into(), "foo_bar".into(), None));
         assert_eq!(
             labels("rl.a_1.b.c_3"),
             ("rl".into(), "a_1".into(), Some("b".into())),
             "levels past the second are dropped by the mapper"
         );
-        assert_eq!(labels("rl.ip_1:2|3"), ("rl".into(), "ip_1_2_3".into(), None));
+        assert_eq!(
+            labels("rl.ip_1:2|3"),
+            ("rl".into(), "ip_1_2_3".into(), None)
+        );
     }
 
     #[test]
@@ -199,7 +217,9 @@ mod tests {
         let mut text = String::new();
         names.encode(&mut text, &ServiceCounts::default()).unwrap();
         assert!(
-            text.contains("ratelimit_service_rate_limit_total_hits{domain=\"d\",key1=\"k_v\",key2=\"x\"} 5\n"),
+            text.contains(
+                "ratelimit_service_rate_limit_total_hits{domain=\"d\",key1=\"k_v\",key2=\"x\"} 5\n"
+            ),
             "{text}"
         );
         assert!(!text.contains("_total_hits_total"), "{text}");

@@ -163,7 +163,10 @@ mod tests {
 
     #[test]
     fn upstream_metric_names_come_from_the_flag_or_the_variable_and_are_off_by_default() {
-        assert_eq!(resolve_with(&[]).unwrap().metric_names, MetricNames::Tollgate);
+        assert_eq!(
+            resolve_with(&[]).unwrap().metric_names,
+            MetricNames::Tollgate
+        );
         let o = resolve_with(&[("TOLLGATE_UPSTREAM_METRIC_NAMES", "true")]).unwrap();
         assert_eq!(o.metric_names, MetricNames::AlsoUpstream);
         let flags = ServeFlags {
@@ -173,7 +176,10 @@ mod tests {
         let o = resolve(&flags, &|_| None).unwrap();
         assert_eq!(o.metric_names, MetricNames::AlsoUpstream);
         let err = resolve_with(&[("TOLLGATE_UPSTREAM_METRIC_NAMES", "maybe")]).unwrap_err();
-        assert!(err.to_string().contains("TOLLGATE_UPSTREAM_METRIC_NAMES"), "{err}");
+        assert!(
+            err.to_string().contains("TOLLGATE_UPSTREAM_METRIC_NAMES"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -48,3 +48,4 @@ mod simulate;
 mod store_contract;
 mod tls;
 mod tracing_otlp;
+mod upstream_metrics;
