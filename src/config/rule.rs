@@ -30,12 +30,28 @@ pub struct Rule {
     pub shadow_mode: bool,
     /// Metrics may carry descriptor values for this rule (envoyproxy/ratelimit meaning).
     pub detailed_metric: bool,
+    /// `value_to_metric`: how each level of the path appears in the rule's metric
+    /// key, when a level on it takes the request's value; `None` when none does.
+    pub metric_levels: Option<Arc<[MetricLevel]>>,
     /// tollgate extension: the descriptor keys whose entries form the Redis Cluster
     /// hash tag of this rule's counters (nearest `hash_tag` up the tree, else the
     /// domain's); `None` tags with every entry.
     pub hash_tag: Option<Arc<[Arc<str>]>>,
     /// tollgate extension: hold this rule's OVER_LIMIT answers back.
     pub tarpit: Option<Tarpit>,
+}
+
+/// One level of a rule's metric key under envoyproxy/ratelimit's `value_to_metric`
+/// (upstream's `domain.route_draw.http_method_GET.subject_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetricLevel {
+    /// `value_to_metric: true` on a key-only or wildcard node: the request's value.
+    RequestValue,
+    /// The configured value, or the wildcard pattern (`share_threshold`, or without
+    /// `value_to_metric`).
+    Configured(Arc<str>),
+    /// A key-only node without `value_to_metric`: the key alone.
+    KeyOnly,
 }
 
 /// Delaying denials: Envoy holds the client's request while tollgate waits, so an
@@ -50,6 +66,12 @@ pub struct Tarpit {
 
 impl Rule {
     /// Every name this rule answers to in `replaces`.
+    /// Whether this rule's metrics carry request values by `value_to_metric`
+    /// (ignored when `detailed_metric` is set, as upstream does).
+    pub fn value_to_metric(&self) -> bool {
+        self.metric_levels.is_some()
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         let limits = match &self.kind {
             RuleKind::Limited(limits) => limits.as_slice(),

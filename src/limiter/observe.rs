@@ -81,7 +81,8 @@ pub(super) fn count_rules(
             entries: &first.key.entries,
             // Envoy's per-descriptor override has no rule to name its series: the
             // descriptor does, one series per overridden descriptor as upstream keeps.
-            detailed: rule.map_or(true, |r| r.detailed_metric),
+            detailed: rule.is_none_or(|r| r.detailed_metric),
+            metric_levels: rule.and_then(|r| r.metric_levels.as_deref()),
         };
         metrics.rule(labels, &outcome);
     }

@@ -15,6 +15,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use super::upstream::{self, UpstreamCounters, UpstreamNames};
+use crate::config::rule::MetricLevel;
 
 /// What one descriptor's hits did to one rule, in hits (`hits_addend`), as
 /// envoyproxy/ratelimit counts them.
@@ -44,15 +45,42 @@ pub struct RuleLabels<'a> {
     /// `detailed_metric: true` (or Envoy's override): the entries become the
     /// `descriptor` label.
     pub detailed: bool,
+    /// `value_to_metric` (without `detailed_metric`, which wins): how each entry
+    /// appears in the `descriptor` label and the upstream key.
+    pub metric_levels: Option<&'a [MetricLevel]>,
 }
 
 impl RuleLabels<'_> {
+    /// The `descriptor` label's entries, as `(key, value)` (an empty value: the key
+    /// alone), when this series carries request values.
+    fn labelled_entries(&self) -> Option<Vec<(&str, &str)>> {
+        if self.detailed {
+            return Some(
+                self.entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect(),
+            );
+        }
+        let levels = self.metric_levels?;
+        Some(
+            self.entries
+                .iter()
+                .zip(levels)
+                .map(|((k, v), level)| match level {
+                    MetricLevel::RequestValue => (k.as_str(), v.as_str()),
+                    MetricLevel::Configured(c) => (k.as_str(), &**c),
+                    MetricLevel::KeyOnly => (k.as_str(), ""),
+                })
+                .collect(),
+        )
+    }
+
     /// envoyproxy/ratelimit's stats key of this series (`domain.key_value.key2`).
     fn upstream_key(&self) -> String {
-        if self.detailed {
-            upstream::entries_key(self.domain, self.entries)
-        } else {
-            upstream::rule_key(self.domain, self.rule)
+        match self.labelled_entries() {
+            Some(entries) => upstream::entries_key(self.domain, &entries),
+            None => upstream::rule_key(self.domain, self.rule),
         }
     }
 }
@@ -179,11 +207,11 @@ impl RuleMetrics {
     /// Counts `outcome` for `rule`; a detailed rule adds its entries as the
     /// `descriptor` label.
     pub(super) fn record(&self, rule: RuleLabels<'_>, outcome: &RuleOutcome) {
-        if rule.detailed {
+        if let Some(entries) = rule.labelled_entries() {
             let labels = SeriesLabels {
                 domain: rule.domain.clone(),
                 rule: rule.rule.clone(),
-                descriptor: Some(descriptor_text(rule.entries).into_boxed_str()),
+                descriptor: Some(descriptor_text(&entries).into_boxed_str()),
             };
             self.counters_for(&labels, &rule).record(outcome);
             return;
@@ -242,17 +270,19 @@ impl RuleMetrics {
     }
 }
 
-/// The counter's entries as `k=v,k2=v2` (a `share_threshold` wildcard shows as `*`,
-/// as it is counted).
-fn descriptor_text(entries: &[(String, String)]) -> String {
+/// The labelled entries as `k=v,k2=v2` (a key without value alone; a
+/// `share_threshold` wildcard shows as `*`, as it is counted).
+fn descriptor_text(entries: &[(&str, &str)]) -> String {
     let mut text = String::new();
     for (i, (k, v)) in entries.iter().enumerate() {
         if i > 0 {
             text.push(',');
         }
         text.push_str(k);
-        text.push('=');
-        text.push_str(v);
+        if !v.is_empty() {
+            text.push('=');
+            text.push_str(v);
+        }
     }
     text
 }

@@ -171,8 +171,9 @@ pub(super) fn rule_key(domain: &str, path: &str) -> String {
 }
 
 /// Upstream's stats key built from the request's entries (`detailed_metric`, Envoy's
-/// per-descriptor override): `domain.key_value.key2` (a key without value alone).
-pub(super) fn entries_key(domain: &str, entries: &[(String, String)]) -> String {
+/// per-descriptor override, `value_to_metric`): `domain.key_value.key2` (a key without
+/// value alone).
+pub(super) fn entries_key(domain: &str, entries: &[(&str, &str)]) -> String {
     let mut key = String::from(domain);
     for (k, v) in entries {
         key.push('.');
@@ -205,7 +206,7 @@ mod tests {
 
     #[test]
     fn an_entries_key_writes_values_only_where_the_request_has_one() {
-        let entries = vec![("a".into(), "1".into()), ("b".into(), String::new())];
+        let entries = [("a", "1"), ("b", "")];
         assert_eq!(entries_key("d", &entries), "d.a_1.b");
     }
 

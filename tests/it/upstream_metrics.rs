@@ -1,8 +1,9 @@
 //! Per-rule metrics with envoyproxy/ratelimit's meaning, scraped from a real server
 //! after known traffic: near_limit hit by hit past floor(limit x ratio), one series per
 //! overridden descriptor, shadow rules answered by the local over-limit cache on real
-//! Redis (and still never denying), and `--upstream-metric-names` on a real `serve`
-//! process exporting upstream's Prometheus names (absent without it).
+//! Redis (and still never denying), `value_to_metric` keys carrying the request's
+//! values, and `--upstream-metric-names` on a real `serve` process exporting
+//! upstream's Prometheus names (absent without it).
 
 use crate::common;
 
@@ -12,7 +13,8 @@ use std::sync::Arc;
 
 use common::process::{Server, check, free_ports, tollgate};
 use common::server::{TestServer, config, descriptor, request};
-use tollgate::limiter::LimiterOptions;
+use tollgate::limiter::{Limiter, LimiterOptions};
+use tollgate::metrics::{MetricNames, Metrics};
 use tollgate::proto::envoy::r#type::v3::RateLimitUnit;
 use tollgate::proto::rate_limit_descriptor::RateLimitOverride;
 use tollgate::proto::rate_limit_response::Code;
@@ -274,4 +276,93 @@ fn without_the_flag_no_upstream_name_is_exported() {
         !text.contains("ratelimit_service_"),
         "an upstream name without the flag:\n{text}"
     );
+}
+
+const VALUES: &str = "domain: v
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: user
+    value: \"team-*\"
+    value_to_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 100}
+";
+
+#[tokio::test]
+async fn value_to_metric_puts_the_requests_values_into_the_series_as_upstream_keys_it() {
+    let metrics = Arc::new(Metrics::with_names(0.8, true, MetricNames::AlsoUpstream));
+    let limiter = Limiter::with_metrics(
+        config(VALUES),
+        Arc::new(MemoryStore::new()),
+        LimiterOptions::default(),
+        metrics,
+    );
+    let server = TestServer::start_limiter(Arc::new(limiter)).await;
+    let mut client = server.client().await;
+    let requests = [
+        vec![
+            ("route", "draw"),
+            ("http_method", "GET"),
+            ("subject_id", "1"),
+        ],
+        vec![
+            ("route", "draw"),
+            ("http_method", "GET"),
+            ("subject_id", "2"),
+        ],
+        vec![
+            ("route", "draw"),
+            ("http_method", "POST"),
+            ("subject_id", "1"),
+        ],
+        vec![("user", "team-a")],
+        vec![("plain", "x")],
+    ];
+    for entries in &requests {
+        let req = request("v", vec![descriptor(entries)]);
+        client.should_rate_limit(req).await.unwrap();
+    }
+    let text = scrape_async(server.http_addr).await;
+    let series = |rule: &str, descriptor: &str| {
+        value(
+            &text,
+            &format!(
+                "tollgate_rule_hits_total{{domain=\"v\",rule=\"{rule}\",descriptor=\"{descriptor}\"}}"
+            ),
+        )
+    };
+    // upstream: v.route_draw.http_method_GET.subject_id (the leaf has no value_to_metric).
+    let path = "route.http_method.subject_id";
+    assert_eq!(
+        series(path, "route=draw,http_method=GET,subject_id"),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(series(path, "route=draw,http_method=POST,subject_id"), 1.0);
+    // A wildcard with value_to_metric: the whole value, not the pattern.
+    assert_eq!(series("user_team-*", "user=team-a"), 1.0);
+    // No value_to_metric: no values.
+    assert_eq!(value(&text, &rule("hits", "v", "plain")), 1.0);
+    let upstream = |key1: &str, key2: Option<&str>| {
+        let key2 = key2.map_or(String::new(), |k| format!(",key2=\"{k}\""));
+        value(
+            &text,
+            &format!(
+                "ratelimit_service_rate_limit_total_hits{{domain=\"v\",key1=\"{key1}\"{key2}}}"
+            ),
+        )
+    };
+    assert_eq!(upstream("route_draw", Some("http_method_GET")), 2.0);
+    assert_eq!(upstream("route_draw", Some("http_method_POST")), 1.0);
+    assert_eq!(upstream("user_team-a", None), 1.0);
+    assert_eq!(upstream("plain", None), 1.0);
+    server.stop().await;
 }

@@ -12,7 +12,7 @@ use serde_saphyr::Spanned;
 
 use super::diagnostics::{ConfigError, key_line};
 use super::glob::Glob;
-use super::rule::{Rule, RuleKind, Tarpit};
+use super::rule::{MetricLevel, Rule, RuleKind, Tarpit};
 use super::schema::{DescriptorYaml, DomainYaml};
 use super::tree::{Branch, Domain, FailureMode, Level, Node};
 
@@ -56,6 +56,7 @@ pub fn compile_domain(
         path: String::new(),
         keys: Vec::new(),
         hash_tag,
+        metric_levels: Vec::new(),
     };
     let root = compiler.level(&scope, yaml.descriptors.unwrap_or_default());
     let rules = compiler.rules;
@@ -96,6 +97,8 @@ struct Scope {
     /// Entry keys from the root down to the parent.
     keys: Vec<String>,
     hash_tag: Option<Arc<[Arc<str>]>>,
+    /// The metric key's levels from the root down to the parent (`value_to_metric`).
+    metric_levels: Vec<MetricLevel>,
 }
 
 struct Compiler<'a> {
@@ -164,9 +167,14 @@ impl Compiler<'_> {
             };
             let tarpit = response::tarpit(source, &what, d.tarpit.take(), &mut report);
             self.errors.append(&mut tarpit_errors);
+            let mut metric_levels = scope.metric_levels.clone();
+            metric_levels.push(metric_level(&d, &value, share_threshold));
             let flags = RuleFlags {
                 shadow_mode: d.shadow_mode.unwrap_or(false),
                 detailed_metric: d.detailed_metric.unwrap_or(false),
+                metric_levels: metric_levels
+                    .contains(&MetricLevel::RequestValue)
+                    .then(|| metric_levels.clone().into()),
                 hash_tag: hash_tag.clone(),
                 tarpit,
             };
@@ -176,6 +184,7 @@ impl Compiler<'_> {
                 path,
                 keys,
                 hash_tag,
+                metric_levels,
             };
             let node = Node {
                 rule,
@@ -321,6 +330,7 @@ impl Compiler<'_> {
             replaces: replaces.into_iter().map(|(r, _)| r).collect(),
             shadow_mode: flags.shadow_mode,
             detailed_metric: flags.detailed_metric,
+            metric_levels: flags.metric_levels,
             hash_tag: flags.hash_tag,
             tarpit: flags.tarpit,
         };
@@ -333,8 +343,23 @@ impl Compiler<'_> {
 struct RuleFlags {
     shadow_mode: bool,
     detailed_metric: bool,
+    metric_levels: Option<Arc<[MetricLevel]>>,
     hash_tag: Option<Arc<[Arc<str>]>>,
     tarpit: Option<Tarpit>,
+}
+
+/// How a node appears in its rules' metric keys, as envoyproxy/ratelimit builds them:
+/// `value_to_metric` puts the request's value where the config has none (key-only) or
+/// only a pattern, except under `share_threshold`, where the pattern stays.
+fn metric_level(d: &DescriptorYaml, value: &str, share_threshold: bool) -> MetricLevel {
+    let wildcard = value.contains('*');
+    if d.value_to_metric == Some(true) && (value.is_empty() || (wildcard && !share_threshold)) {
+        MetricLevel::RequestValue
+    } else if value.is_empty() {
+        MetricLevel::KeyOnly
+    } else {
+        MetricLevel::Configured(value.into())
+    }
 }
 
 /// Files the node under its value kind; false when that value is already taken.
