@@ -70,9 +70,10 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
             "exporting trace spans over OTLP"
         );
     }
-    let metrics = Arc::new(Metrics::new(
+    let metrics = Arc::new(Metrics::with_names(
         observability.near_limit_ratio,
         observability.metrics,
+        observability.metric_names,
     ));
     // Named before the config: a user at LOG_LEVEL=warn must still learn that a
     // setting they rely on (USE_STATSD, ...) does nothing here.

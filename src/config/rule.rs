@@ -34,13 +34,9 @@ pub struct Rule {
     /// envoyproxy/ratelimit's `quota_mode`: over its limit, this descriptor denies the
     /// request only when every quota-mode descriptor of the request is over too.
     pub quota_mode: bool,
-    /// envoyproxy/ratelimit's `value_to_metric`, one flag per level of this rule's
-    /// path (root first, as many as the path has entries): true where that level's
-    /// node sets it, so the request's value at that level goes into the metric key
-    /// (upstream: `domain.key_value.key2_value2`; a level matched by its exact value
-    /// always shows the value, a wildcard level shows its pattern unless flagged, a
-    /// key-only level shows the key alone unless flagged). `None`: no level sets it.
-    pub value_to_metric: Option<Arc<[bool]>>,
+    /// `value_to_metric`: how each level of the path appears in the rule's metric
+    /// key, when a level on it takes the request's value; `None` when none does.
+    pub metric_levels: Option<Arc<[MetricLevel]>>,
     /// envoyproxy/ratelimit's descriptor `metadata`, merged into the answer's
     /// `dynamic_metadata` under `metadata` when this rule passes.
     pub metadata: Option<Metadata>,
@@ -60,6 +56,19 @@ pub struct Metadata(pub Arc<prost_types::Struct>);
 
 impl Eq for Metadata {}
 
+/// One level of a rule's metric key under envoyproxy/ratelimit's `value_to_metric`
+/// (upstream's `domain.route_draw.http_method_GET.subject_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetricLevel {
+    /// `value_to_metric: true` on a key-only or wildcard node: the request's value.
+    RequestValue,
+    /// The configured value, or the wildcard pattern (`share_threshold`, or without
+    /// `value_to_metric`).
+    Configured(Arc<str>),
+    /// A key-only node without `value_to_metric`: the key alone.
+    KeyOnly,
+}
+
 /// Delaying denials: Envoy holds the client's request while tollgate waits, so an
 /// attacker's request rate drops to its concurrency over `delay`. At most
 /// `max_concurrent` answers of one rule wait at once; beyond that they are immediate,
@@ -72,6 +81,12 @@ pub struct Tarpit {
 
 impl Rule {
     /// Every name this rule answers to in `replaces`.
+    /// Whether this rule's metrics carry request values by `value_to_metric`
+    /// (ignored when `detailed_metric` is set, as upstream does).
+    pub fn value_to_metric(&self) -> bool {
+        self.metric_levels.is_some()
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         let limits = match &self.kind {
             RuleKind::Limited(limits) => limits.as_slice(),

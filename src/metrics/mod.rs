@@ -14,6 +14,7 @@ mod backend;
 mod lifecycle;
 mod process;
 mod rules;
+mod upstream;
 
 use std::time::Duration;
 
@@ -146,6 +147,17 @@ impl Default for Metrics {
     }
 }
 
+/// How `GET /metrics` names things beside tollgate's own names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MetricNames {
+    /// tollgate's names only.
+    #[default]
+    Tollgate,
+    /// Also envoyproxy/ratelimit's Prometheus names and labels
+    /// (`--upstream-metric-names`), with the same values.
+    AlsoUpstream,
+}
+
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics")
@@ -158,8 +170,14 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// `near_limit_ratio` in (0, 1] (the settings check it); `exposed`: serve them.
     pub fn new(near_limit_ratio: f64, exposed: bool) -> Self {
+        Self::with_names(near_limit_ratio, exposed, MetricNames::Tollgate)
+    }
+
+    /// As [`Metrics::new`], choosing whether upstream's names are exported too.
+    pub fn with_names(near_limit_ratio: f64, exposed: bool, names: MetricNames) -> Self {
         let mut registry = Registry::default();
-        let rules = rules::RuleMetrics::register(&mut registry);
+        let upstream_names = names == MetricNames::AlsoUpstream;
+        let rules = rules::RuleMetrics::register(&mut registry, upstream_names);
         let backend_health = backend::BackendMetrics::register(&mut registry);
         registry.register_collector(Box::new(process::ProcessCollector::new()));
         let lifecycle = lifecycle::Lifecycle::register(&mut registry);
@@ -272,7 +290,32 @@ impl Metrics {
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut text = String::new();
         prometheus_text::encode(&mut text, &self.registry)?;
+        if let Some(upstream) = self.rules.upstream() {
+            upstream.encode(&mut text, &self.upstream_service_counts())?;
+        }
         Ok(text)
+    }
+
+    /// The service-wide numbers upstream exports, from tollgate's own handles.
+    fn upstream_service_counts(&self) -> upstream::ServiceCounts {
+        let errors = |kinds: &[RequestErrorKind]| -> u64 {
+            kinds
+                .iter()
+                .map(|k| self.request_errors[k.index()].get())
+                .sum()
+        };
+        upstream::ServiceCounts {
+            requests: self.requests.iter().map(Counter::get).sum(),
+            // Every request the store could not decide went through a failure mode.
+            redis_errors: self.fallbacks.iter().map(Counter::get).sum(),
+            service_errors: errors(&[
+                RequestErrorKind::InvalidArgument,
+                RequestErrorKind::Internal,
+            ]),
+            // The generation counts the start-up load and every swap since.
+            config_load_success: u64::try_from(self.generation.get()).unwrap_or_default(),
+            config_load_error: self.reloads[1].get(),
+        }
     }
 
     /// One descriptor's outcome on its rule (see [`RuleOutcome`]).

@@ -3,6 +3,8 @@
 //! handles of a rule are looked up once and kept in a map by domain and path, so a
 //! request costs one read lock and a few atomic adds, no allocation; detailed rules
 //! carry request values, so their labels are built for every request (unavoidable).
+//! With `--upstream-metric-names`, each handle set also holds its upstream series
+//! ([`super::upstream`]), found once with it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -12,6 +14,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
+use super::upstream::{self, UpstreamCounters, UpstreamNames};
+use crate::config::rule::MetricLevel;
+
 /// What one descriptor's hits did to one rule, in hits (`hits_addend`), as
 /// envoyproxy/ratelimit counts them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -19,8 +24,9 @@ pub struct RuleOutcome {
     pub hits: u64,
     /// A limit of the rule was over (whether or not shadow mode let it through).
     pub over_limit: bool,
-    /// Within the limit, but the counter is now at or above the near-limit ratio.
-    pub near_limit: bool,
+    /// Hits that landed above floor(limit x `NEAR_LIMIT_RATIO`) within the limit,
+    /// counted hit by hit as envoyproxy/ratelimit does (see `limiter/observe.rs`).
+    pub near_limit: u64,
     /// Over the limit, let through by shadow mode (the rule's or the global one).
     pub shadowed: bool,
     /// Over the limit as the local over-limit cache answered, without the backend.
@@ -36,8 +42,47 @@ pub struct RuleLabels<'a> {
     pub rule: &'a Arc<str>,
     /// The descriptor's entries as counted (a `share_threshold` wildcard as `*`).
     pub entries: &'a [(String, String)],
-    /// `detailed_metric: true`: the entries become the `descriptor` label.
+    /// `detailed_metric: true` (or Envoy's override): the entries become the
+    /// `descriptor` label.
     pub detailed: bool,
+    /// `value_to_metric` (without `detailed_metric`, which wins): how each entry
+    /// appears in the `descriptor` label and the upstream key.
+    pub metric_levels: Option<&'a [MetricLevel]>,
+}
+
+impl RuleLabels<'_> {
+    /// The `descriptor` label's entries, as `(key, value)` (an empty value: the key
+    /// alone), when this series carries request values.
+    fn labelled_entries(&self) -> Option<Vec<(&str, &str)>> {
+        if self.detailed {
+            return Some(
+                self.entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect(),
+            );
+        }
+        let levels = self.metric_levels?;
+        Some(
+            self.entries
+                .iter()
+                .zip(levels)
+                .map(|((k, v), level)| match level {
+                    MetricLevel::RequestValue => (k.as_str(), v.as_str()),
+                    MetricLevel::Configured(c) => (k.as_str(), &**c),
+                    MetricLevel::KeyOnly => (k.as_str(), ""),
+                })
+                .collect(),
+        )
+    }
+
+    /// envoyproxy/ratelimit's stats key of this series (`domain.key_value.key2`).
+    fn upstream_key(&self) -> String {
+        match self.labelled_entries() {
+            Some(entries) => upstream::entries_key(self.domain, &entries),
+            None => upstream::rule_key(self.domain, self.rule),
+        }
+    }
 }
 
 /// `domain`, `rule` and, for `detailed_metric` rules, `descriptor` (`k=v,k2=v2`).
@@ -68,6 +113,8 @@ struct RuleCounters {
     near_limit: Counter,
     shadow_mode: Counter,
     over_limit_with_local_cache: Counter,
+    /// The upstream series this rule also counts on (`--upstream-metric-names`).
+    upstream: Option<Arc<UpstreamCounters>>,
 }
 
 impl RuleCounters {
@@ -77,19 +124,21 @@ impl RuleCounters {
             return; // a check-only call counts nothing
         }
         self.hits.inc_by(hits);
-        if outcome.over_limit {
-            self.over_limit.inc_by(hits);
+        let (over, within) = if outcome.over_limit {
+            (hits, 0)
         } else {
-            self.within_limit.inc_by(hits);
-        }
-        if outcome.near_limit {
-            self.near_limit.inc_by(hits);
-        }
-        if outcome.shadowed {
-            self.shadow_mode.inc_by(hits);
-        }
+            (0, hits)
+        };
+        let shadow = if outcome.shadowed { hits } else { 0 };
+        self.over_limit.inc_by(over);
+        self.within_limit.inc_by(within);
+        self.near_limit.inc_by(outcome.near_limit);
+        self.shadow_mode.inc_by(shadow);
         if outcome.from_local_cache {
             self.over_limit_with_local_cache.inc_by(hits);
+        }
+        if let Some(upstream) = &self.upstream {
+            upstream.add([hits, over, outcome.near_limit, within, shadow]);
         }
     }
 }
@@ -105,10 +154,12 @@ pub(super) struct RuleMetrics {
     over_limit_with_local_cache: Family<SeriesLabels, Counter>,
     /// Handles of the rules without `detailed_metric`, by domain then rule path.
     handles: RwLock<HashMap<Arc<str>, ByPath>>,
+    /// envoyproxy/ratelimit's names too (`--upstream-metric-names`).
+    upstream: Option<UpstreamNames>,
 }
 
 impl RuleMetrics {
-    pub(super) fn register(registry: &mut Registry) -> Self {
+    pub(super) fn register(registry: &mut Registry, upstream_names: bool) -> Self {
         let metrics = Self {
             hits: Family::default(),
             within_limit: Family::default(),
@@ -117,6 +168,7 @@ impl RuleMetrics {
             shadow_mode: Family::default(),
             over_limit_with_local_cache: Family::default(),
             handles: RwLock::default(),
+            upstream: upstream_names.then(UpstreamNames::default),
         };
         let families = [
             ("hits", "Hits on a rule (hits_addend)", &metrics.hits),
@@ -132,7 +184,7 @@ impl RuleMetrics {
             ),
             (
                 "near_limit",
-                "Hits within the limit that left the counter at or above NEAR_LIMIT_RATIO of it",
+                "Hits within the limit that landed above floor(limit x NEAR_LIMIT_RATIO), hit by hit",
                 &metrics.near_limit,
             ),
             (
@@ -155,13 +207,13 @@ impl RuleMetrics {
     /// Counts `outcome` for `rule`; a detailed rule adds its entries as the
     /// `descriptor` label.
     pub(super) fn record(&self, rule: RuleLabels<'_>, outcome: &RuleOutcome) {
-        if rule.detailed {
+        if let Some(entries) = rule.labelled_entries() {
             let labels = SeriesLabels {
                 domain: rule.domain.clone(),
                 rule: rule.rule.clone(),
-                descriptor: Some(descriptor_text(rule.entries).into_boxed_str()),
+                descriptor: Some(descriptor_text(&entries).into_boxed_str()),
             };
-            self.counters_for(&labels).record(outcome);
+            self.counters_for(&labels, &rule).record(outcome);
             return;
         }
         let cached = self
@@ -185,7 +237,7 @@ impl RuleMetrics {
             rule: rule.rule.clone(),
             descriptor: None,
         };
-        let counters = Arc::new(self.counters_for(&labels));
+        let counters = Arc::new(self.counters_for(&labels, &rule));
         let mut handles = self.handles.write().unwrap_or_else(PoisonError::into_inner);
         handles
             .entry(rule.domain.clone())
@@ -195,8 +247,17 @@ impl RuleMetrics {
             .clone()
     }
 
-    fn counters_for(&self, labels: &SeriesLabels) -> RuleCounters {
+    /// The upstream series set, when exported.
+    pub(super) fn upstream(&self) -> Option<&UpstreamNames> {
+        self.upstream.as_ref()
+    }
+
+    fn counters_for(&self, labels: &SeriesLabels, rule: &RuleLabels<'_>) -> RuleCounters {
         RuleCounters {
+            upstream: self
+                .upstream
+                .as_ref()
+                .map(|names| names.counters(&rule.upstream_key())),
             hits: self.hits.get_or_create_owned(labels),
             within_limit: self.within_limit.get_or_create_owned(labels),
             over_limit: self.over_limit.get_or_create_owned(labels),
@@ -209,17 +270,19 @@ impl RuleMetrics {
     }
 }
 
-/// The counter's entries as `k=v,k2=v2` (a `share_threshold` wildcard shows as `*`,
-/// as it is counted).
-fn descriptor_text(entries: &[(String, String)]) -> String {
+/// The labelled entries as `k=v,k2=v2` (a key without value alone; a
+/// `share_threshold` wildcard shows as `*`, as it is counted).
+fn descriptor_text(entries: &[(&str, &str)]) -> String {
     let mut text = String::new();
     for (i, (k, v)) in entries.iter().enumerate() {
         if i > 0 {
             text.push(',');
         }
         text.push_str(k);
-        text.push('=');
-        text.push_str(v);
+        if !v.is_empty() {
+            text.push('=');
+            text.push_str(v);
+        }
     }
     text
 }

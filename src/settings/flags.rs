@@ -68,6 +68,9 @@ pub struct ServeFlags {
     /// Replicas sharing the limits; with failure_mode: local each admits 1/N [default: $TOLLGATE_REPLICAS, else 1]
     #[arg(long)]
     pub replicas: Option<u32>,
+    /// Also export envoyproxy/ratelimit's Prometheus names and labels (ratelimit_service_rate_limit_total_hits{domain,key1,key2}, ...) beside tollgate's, so its dashboards and alerts keep working [default: $TOLLGATE_UPSTREAM_METRIC_NAMES, else false]
+    #[arg(long)]
+    pub upstream_metric_names: bool,
     /// Memory for the local over-limit cache, in bytes; 0 turns it off [default: $LOCAL_CACHE_SIZE_IN_BYTES, else 16 MiB]
     #[arg(long, value_name = "BYTES")]
     pub local_cache_bytes: Option<u64>,

@@ -192,7 +192,7 @@ impl ServeSettings {
             ignored: compat::ignored(&var),
             protection: protection::resolve(flags, &var)?,
             grpc_tls: tls::grpc_tls(flags, &var)?,
-            observability: observability::resolve(&var)?,
+            observability: observability::resolve(flags, &var)?,
         })
     }
 }

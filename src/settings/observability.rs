@@ -2,9 +2,10 @@
 //! `USE_PROMETHEUS`, `NEAR_LIMIT_RATIO`) and OpenTelemetry traces (its `TRACING_*`
 //! variables, and the standard `OTEL_*` ones an OpenTelemetry deployment sets).
 
+use super::flags::ServeFlags;
 use super::parse_bool;
 use crate::error::Error;
-use crate::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+use crate::metrics::{DEFAULT_NEAR_LIMIT_RATIO, MetricNames};
 use crate::telemetry::{OtlpProtocol, TracingSettings};
 
 pub const DEFAULT_SERVICE_NAME: &str = "tollgate";
@@ -18,6 +19,9 @@ pub struct Observability {
     /// `GET /metrics` answers (`USE_PROMETHEUS=false` turns it off).
     pub metrics: bool,
     pub near_limit_ratio: f64,
+    /// `--upstream-metric-names` (or `TOLLGATE_UPSTREAM_METRIC_NAMES=true`): also
+    /// envoyproxy/ratelimit's Prometheus names.
+    pub metric_names: MetricNames,
     /// `None`: no traces.
     pub tracing: Option<TracingSettings>,
 }
@@ -30,12 +34,16 @@ impl Default for Observability {
         Self {
             metrics: true,
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
+            metric_names: MetricNames::Tollgate,
             tracing: None,
         }
     }
 }
 
-pub fn resolve(var: &dyn Fn(&str) -> Option<String>) -> Result<Observability, Error> {
+pub fn resolve(
+    flags: &ServeFlags,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<Observability, Error> {
     let boolean = |name: &str| -> Result<Option<bool>, Error> {
         var(name)
             .map(|v| {
@@ -57,9 +65,16 @@ pub fn resolve(var: &dyn Fn(&str) -> Option<String>) -> Result<Observability, Er
         })?,
         None => DEFAULT_NEAR_LIMIT_RATIO,
     };
+    let upstream_names =
+        flags.upstream_metric_names || boolean("TOLLGATE_UPSTREAM_METRIC_NAMES")?.unwrap_or(false);
     Ok(Observability {
         metrics,
         near_limit_ratio,
+        metric_names: if upstream_names {
+            MetricNames::AlsoUpstream
+        } else {
+            MetricNames::Tollgate
+        },
         tracing: tracing(var, boolean)?,
     })
 }
@@ -143,7 +158,28 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        resolve(&|name| map.get(name).cloned())
+        resolve(&ServeFlags::default(), &|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn upstream_metric_names_come_from_the_flag_or_the_variable_and_are_off_by_default() {
+        assert_eq!(
+            resolve_with(&[]).unwrap().metric_names,
+            MetricNames::Tollgate
+        );
+        let o = resolve_with(&[("TOLLGATE_UPSTREAM_METRIC_NAMES", "true")]).unwrap();
+        assert_eq!(o.metric_names, MetricNames::AlsoUpstream);
+        let flags = ServeFlags {
+            upstream_metric_names: true,
+            ..ServeFlags::default()
+        };
+        let o = resolve(&flags, &|_| None).unwrap();
+        assert_eq!(o.metric_names, MetricNames::AlsoUpstream);
+        let err = resolve_with(&[("TOLLGATE_UPSTREAM_METRIC_NAMES", "maybe")]).unwrap_err();
+        assert!(
+            err.to_string().contains("TOLLGATE_UPSTREAM_METRIC_NAMES"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! become a flood of Redis calls. A counter never admits earlier than its retry-after
 //! (counts only grow until then, apart from refunds, which only under-admit), so the
 //! cache changes no decision. Check-only calls (cost 0) always go to the store: a
-//! full counter still passes them. Memory is bounded by a byte budget.
+//! full counter still passes them. Shadow-mode counters are answered from the cache
+//! too (as envoyproxy/ratelimit's are); they still cannot deny the request. Memory is
+//! bounded by a byte budget.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -100,23 +102,30 @@ impl<S: Store> OverLimitCache<S> {
     ) -> Result<Vec<Decision>, super::StoreError> {
         let now = Instant::now();
         let cached: Vec<Option<Duration>> = ops.iter().map(|op| self.cached(op, now)).collect();
-        let vetoed = ops
-            .iter()
-            .zip(&cached)
-            .any(|(op, c)| op.vetoes && c.is_some());
-        if !vetoed {
+        if cached.iter().all(Option::is_none) {
             let decisions = self.inner.decide(ops).await?;
             self.remember(ops, &decisions, now);
             return Ok(decisions);
         }
-        // The request is denied already: the other counters are decided in a dry run
-        // (their true statuses, nothing consumed); with none, no store call at all.
+        // A known denial of a vetoing counter denies the request: the other counters
+        // are decided in a dry run (their true statuses, nothing consumed). Known
+        // denials of shadow counters alone veto nothing: they are answered here, as
+        // envoyproxy/ratelimit answers its shadow limits from its local cache, and the
+        // other counters are decided for real. With no other counter, no store call.
+        let vetoed = ops
+            .iter()
+            .zip(&cached)
+            .any(|(op, c)| op.vetoes && c.is_some());
         let rest: Vec<usize> = (0..ops.len()).filter(|&i| cached[i].is_none()).collect();
         let others: Vec<CounterOp> = rest.iter().map(|&i| ops[i].clone()).collect();
         let checked = if others.is_empty() {
             Vec::new()
-        } else {
+        } else if vetoed {
             self.inner.dry_run(&others).await?
+        } else {
+            let decided = self.inner.decide(&others).await?;
+            self.remember(&others, &decided, now);
+            decided
         };
         let mut decisions: Vec<Option<Decision>> = cached
             .iter()

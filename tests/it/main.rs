@@ -52,4 +52,5 @@ mod store_contract;
 mod tls;
 mod tracing_b3;
 mod tracing_otlp;
+mod upstream_metrics;
 mod upstream_schema;

@@ -106,11 +106,11 @@ async fn per_rule_and_service_counters_are_exact() {
     assert!(client.should_rate_limit(bad).await.is_err());
 
     let text = scrape(&server).await;
-    // 5 per minute, 7 hits: 5 within (the 4th and 5th at or above 80%), 2 over.
+    // 5 per minute, 7 hits: 5 within (only the 5th past floor(5 x 0.8) = 4), 2 over.
     assert_eq!(value(&text, &rule("hits", "m", "plain")), 7.0);
     assert_eq!(value(&text, &rule("within_limit", "m", "plain")), 5.0);
     assert_eq!(value(&text, &rule("over_limit", "m", "plain")), 2.0);
-    assert_eq!(value(&text, &rule("near_limit", "m", "plain")), 2.0);
+    assert_eq!(value(&text, &rule("near_limit", "m", "plain")), 1.0);
     assert_eq!(value(&text, &rule("shadow_mode", "m", "plain")), 0.0);
     assert!(
         !text.contains("10.0.0.1"),
@@ -192,8 +192,8 @@ async fn near_limit_follows_the_ratio() {
     let server = TestServer::start_limiter(Arc::new(limiter)).await;
     hit(&server, "n", "k", "v", 5).await;
     let text = scrape(&server).await;
-    // Used 1, 2, 3, 4 of 4: the 2nd to the 4th are at or above half; the 5th is over.
-    assert_eq!(value(&text, &rule("near_limit", "n", "k")), 3.0);
+    // Used 1, 2, 3, 4 of 4: the 3rd and 4th are past half (2); the 5th is over.
+    assert_eq!(value(&text, &rule("near_limit", "n", "k")), 2.0);
     assert_eq!(value(&text, &rule("over_limit", "n", "k")), 1.0);
     server.stop().await;
 }

@@ -14,6 +14,7 @@ use common::process::{run, text, tollgate};
 use common::server::{descriptor, request};
 use prost_types::value::Kind;
 use prost_types::{Struct, Value};
+use tollgate::config::rule::MetricLevel;
 use tollgate::config::{Config, RuleKind, load_path, load_sources};
 use tollgate::limiter::{Limiter, LimiterOptions};
 use tollgate::proto::rate_limit_response::Code;
@@ -201,11 +202,19 @@ descriptors:
         .find(|r| r.path.ends_with("subject_id"))
         .unwrap();
     assert_eq!(
-        deep.value_to_metric.as_deref(),
-        Some(&[true, false, false][..])
+        deep.metric_levels.as_deref(),
+        Some(
+            &[
+                MetricLevel::RequestValue,
+                MetricLevel::KeyOnly,
+                MetricLevel::KeyOnly
+            ][..]
+        )
     );
+    assert!(deep.value_to_metric());
     let plain = rules.iter().find(|r| &*r.path == "plain").unwrap();
-    assert_eq!(plain.value_to_metric, None);
+    assert_eq!(plain.metric_levels, None);
+    assert!(!plain.value_to_metric());
     assert!(matches!(plain.kind, RuleKind::Limited(_)));
 }
 

@@ -13,7 +13,7 @@ use serde_saphyr::Spanned;
 
 use super::diagnostics::{ConfigError, key_line};
 use super::glob::Glob;
-use super::rule::{Metadata, Rule, RuleKind, Tarpit};
+use super::rule::{Metadata, MetricLevel, Rule, RuleKind, Tarpit};
 use super::schema::{DescriptorYaml, DomainYaml};
 use super::tree::{Branch, Domain, FailureMode, Level, Node};
 
@@ -56,8 +56,8 @@ pub fn compile_domain(
         composite: format!("{name}."),
         path: String::new(),
         keys: Vec::new(),
-        value_to_metric: Vec::new(),
         hash_tag,
+        metric_levels: Vec::new(),
     };
     let root = compiler.level(&scope, yaml.descriptors.unwrap_or_default());
     let rules = compiler.rules;
@@ -97,9 +97,9 @@ struct Scope {
     path: String,
     /// Entry keys from the root down to the parent.
     keys: Vec<String>,
-    /// `value_to_metric` of each node from the root down to the parent.
-    value_to_metric: Vec<bool>,
     hash_tag: Option<Arc<[Arc<str>]>>,
+    /// The metric key's levels from the root down to the parent (`value_to_metric`).
+    metric_levels: Vec<MetricLevel>,
 }
 
 struct Compiler<'a> {
@@ -139,8 +139,6 @@ impl Compiler<'_> {
             };
             let mut keys = scope.keys.clone();
             keys.push(key.clone());
-            let mut value_to_metric = scope.value_to_metric.clone();
-            value_to_metric.push(d.value_to_metric.unwrap_or(false));
             let path = if scope.path.is_empty() {
                 final_key.clone()
             } else {
@@ -171,13 +169,15 @@ impl Compiler<'_> {
             let tarpit = response::tarpit(source, &what, d.tarpit.take(), &mut report);
             self.errors.append(&mut tarpit_errors);
             let metadata = metadata::convert(d.metadata.take());
+            let mut metric_levels = scope.metric_levels.clone();
+            metric_levels.push(metric_level(&d, &value, share_threshold));
             let flags = RuleFlags {
                 shadow_mode: d.shadow_mode.unwrap_or(false),
                 quota_mode: d.quota_mode.unwrap_or(false),
                 detailed_metric: d.detailed_metric.unwrap_or(false),
-                value_to_metric: value_to_metric
-                    .contains(&true)
-                    .then(|| value_to_metric.as_slice().into()),
+                metric_levels: metric_levels
+                    .contains(&MetricLevel::RequestValue)
+                    .then(|| metric_levels.clone().into()),
                 metadata,
                 hash_tag: hash_tag.clone(),
                 tarpit,
@@ -187,8 +187,8 @@ impl Compiler<'_> {
                 composite: format!("{}{final_key}.", scope.composite),
                 path,
                 keys,
-                value_to_metric,
                 hash_tag,
+                metric_levels,
             };
             let node = Node {
                 rule,
@@ -335,7 +335,7 @@ impl Compiler<'_> {
             shadow_mode: flags.shadow_mode,
             quota_mode: flags.quota_mode,
             detailed_metric: flags.detailed_metric,
-            value_to_metric: flags.value_to_metric,
+            metric_levels: flags.metric_levels,
             metadata: flags.metadata,
             hash_tag: flags.hash_tag,
             tarpit: flags.tarpit,
@@ -350,10 +350,24 @@ struct RuleFlags {
     shadow_mode: bool,
     quota_mode: bool,
     detailed_metric: bool,
-    value_to_metric: Option<Arc<[bool]>>,
+    metric_levels: Option<Arc<[MetricLevel]>>,
     metadata: Option<Metadata>,
     hash_tag: Option<Arc<[Arc<str>]>>,
     tarpit: Option<Tarpit>,
+}
+
+/// How a node appears in its rules' metric keys, as envoyproxy/ratelimit builds them:
+/// `value_to_metric` puts the request's value where the config has none (key-only) or
+/// only a pattern, except under `share_threshold`, where the pattern stays.
+fn metric_level(d: &DescriptorYaml, value: &str, share_threshold: bool) -> MetricLevel {
+    let wildcard = value.contains('*');
+    if d.value_to_metric == Some(true) && (value.is_empty() || (wildcard && !share_threshold)) {
+        MetricLevel::RequestValue
+    } else if value.is_empty() {
+        MetricLevel::KeyOnly
+    } else {
+        MetricLevel::Configured(value.into())
+    }
 }
 
 /// Files the node under its value kind; false when that value is already taken.
