@@ -1,9 +1,6 @@
-//! Reading a config set from disk: one file, or every `.yaml`/`.yml` file under a
-//! directory (recursively, in name order), one domain per file.
-//!
-//! Names starting with `.` are skipped: Kubernetes mounts a ConfigMap as `..data` and
-//! timestamped `..2024_…` directories beside symlinks to the files, and reading those
-//! too would load every domain three times.
+//! Reading a config set from disk: the files [`super::walk`] lists (one file, or every
+//! `.yaml`/`.yml` file under a directory, bounded, symlink loops refused), one domain
+//! per file, validated together.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,14 +8,15 @@ use std::path::{Path, PathBuf};
 use super::compile::compile_domain;
 use super::diagnostics::{ConfigError, ConfigErrors};
 use super::schema::DomainYaml;
+use super::walk::{self, WalkError};
 use super::{Config, Domain};
 
 /// Loads and validates the whole set at `path`; every error found is returned.
 pub fn load_path(path: &Path) -> Result<Config, ConfigErrors> {
     let mut errors = Vec::new();
-    let files = match list_files(path) {
+    let files = match walk::list(path) {
         Ok(files) => files,
-        Err(e) => return Err(ConfigErrors(vec![ConfigError::new(path, None, e)])),
+        Err(e) => return Err(ConfigErrors(vec![walk_error(path, &e)])),
     };
     if files.is_empty() {
         return Err(ConfigErrors(vec![ConfigError::new(
@@ -28,10 +26,11 @@ pub fn load_path(path: &Path) -> Result<Config, ConfigErrors> {
         )]));
     }
     let mut sources = Vec::with_capacity(files.len());
-    for file in files {
-        match std::fs::read_to_string(&file) {
-            Ok(text) => sources.push((file, text)),
-            Err(e) => errors.push(ConfigError::new(&file, None, format!("cannot read: {e}"))),
+    for (file, contents) in walk::read(&files) {
+        match contents.map(String::from_utf8) {
+            Ok(Ok(text)) => sources.push((file, text)),
+            Ok(Err(_)) => errors.push(ConfigError::new(&file, None, "cannot read: not UTF-8")),
+            Err(e) => errors.push(walk_error(&file, &e)),
         }
     }
     let refs: Vec<(&Path, &str)> = sources
@@ -154,38 +153,17 @@ fn strip_position(message: &str) -> &str {
     }
 }
 
-fn list_files(path: &Path) -> Result<Vec<PathBuf>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read config path: {e}"))?;
-    if meta.is_file() {
-        return Ok(vec![path.to_path_buf()]);
-    }
-    let mut files = Vec::new();
-    walk(path, &mut files)?;
-    files.sort();
-    Ok(files)
-}
-
-fn walk(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-        let path = entry.path();
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
+/// A walk error as a diagnostic: an unreadable file or directory on its own path; a
+/// bound or a loop (whose message names the paths at fault) on the config path read.
+fn walk_error(read: &Path, error: &WalkError) -> ConfigError {
+    match error {
+        // The path is the diagnostic's prefix already; say only what went wrong.
+        WalkError::Io { source, .. } if error.path() == read => {
+            ConfigError::new(read, None, format!("cannot read config path: {source}"))
         }
-        // Follow symlinks: ConfigMap files are links into `..data`.
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() {
-            walk(&path, files)?;
-        } else if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml")
-        ) {
-            files.push(path);
+        WalkError::Io { source, .. } => {
+            ConfigError::new(error.path(), None, format!("cannot read: {source}"))
         }
+        other => ConfigError::new(read, None, other.to_string()),
     }
-    Ok(())
 }

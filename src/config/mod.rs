@@ -15,6 +15,7 @@ pub mod matcher;
 pub mod rule;
 pub mod schema;
 pub mod tree;
+pub mod walk;
 pub mod watch;
 
 use std::collections::HashMap;
