@@ -179,7 +179,8 @@ impl Walk {
             path: dir.to_path_buf(),
             source,
         };
-        ancestors.push(id);
+        // In name order, so that of several faults the same one is always reported.
+        let mut names = Vec::new();
         for entry in fs::read_dir(dir).map_err(io)? {
             let entry = entry.map_err(io)?;
             self.entries += 1;
@@ -188,10 +189,14 @@ impl Walk {
                     path: dir.to_path_buf(),
                 });
             }
-            if entry.file_name().as_encoded_bytes().starts_with(b".") {
-                continue;
+            if !entry.file_name().as_encoded_bytes().starts_with(b".") {
+                names.push(entry.file_name());
             }
-            let path = entry.path();
+        }
+        names.sort();
+        ancestors.push(id);
+        for name in names {
+            let path = dir.join(name);
             // Follows symlinks; a dangling one is skipped, as it always was.
             let Ok(meta) = fs::metadata(&path) else {
                 continue;

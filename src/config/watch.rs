@@ -15,7 +15,9 @@
 //! [`MAX_SETTLE`] in all). Reading the files back produces access events, which are
 //! ignored. Without inotify (or when the watch cannot be set up) the watcher falls
 //! back to polling: a change is reported every [`POLL_INTERVAL`] and the reloader's
-//! hash check makes unchanged polls cheap.
+//! hash check makes unchanged polls cheap. Watcher errors are counted in the
+//! [`Change`] for the consumer to log rate-limited (this layer logs nothing that can
+//! repeat per event).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -64,6 +66,10 @@ pub struct Change {
     pub rescan: bool,
     /// A fallback poll tick.
     pub poll: bool,
+    /// Errors the watcher reported in the burst (each also a `rescan`). Not logged
+    /// here, one WARN each: a failing watch can report them in a storm, so the
+    /// consumer logs them rate-limited, with this count.
+    pub errors: u32,
 }
 
 impl Change {
@@ -72,6 +78,7 @@ impl Change {
         self.moved |= other.moved;
         self.rescan |= other.rescan;
         self.poll |= other.poll;
+        self.errors = self.errors.saturating_add(other.errors);
     }
 }
 
@@ -158,9 +165,11 @@ impl ConfigWatcher {
             let change = match result {
                 Ok(event) => classify.classify(&event),
                 Err(error) => {
-                    tracing::warn!(%error, "config watcher error; reading the set again");
+                    // Counted in the change; the WARN is the consumer's, rate-limited.
+                    tracing::debug!(%error, "config watcher error; reading the set again");
                     Some(Change {
                         rescan: true,
+                        errors: 1,
                         ..Change::default()
                     })
                 }
@@ -325,6 +334,19 @@ mod tests {
         assert!(scope.classify(&event(closed, "/cfg/a.yaml")).unwrap().files);
         let data = EventKind::Modify(ModifyKind::Name(RenameMode::To));
         assert!(scope.classify(&event(data, "/cfg/..data")).unwrap().files);
+    }
+
+    #[test]
+    fn errors_add_up_over_a_burst() {
+        let mut change = Change::default();
+        let error = Change {
+            rescan: true,
+            errors: 1,
+            ..Change::default()
+        };
+        change.merge(error);
+        change.merge(error);
+        assert_eq!((change.rescan, change.errors), (true, 2));
     }
 
     #[test]

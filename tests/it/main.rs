@@ -21,6 +21,7 @@ mod cli_pipe;
 mod cli_redis;
 mod cluster_faults;
 mod config_algorithms;
+mod config_dirs;
 mod config_errors;
 mod deploy_files;
 mod deploy_metrics;

@@ -28,7 +28,7 @@ use crate::config::watch::{ConfigWatcher, WatchOptions};
 use crate::config::{self, Config, ConfigErrors};
 use crate::limiter::Limiter;
 use crate::server::health::Health;
-use crate::telemetry::Json;
+use crate::telemetry::{Json, ratelimited};
 
 pub use self::files::{hash_set, is_empty_set};
 
@@ -301,8 +301,13 @@ impl Reloader {
                     (state.generation, state.failures)
                 };
                 self.limiter.metrics().reload(false);
+                // A storm of file events fails a reload on each: one line a second.
+                let Some(suppressed) = ratelimited::admit(&["config_reload_failed"]) else {
+                    return Err(error);
+                };
                 tracing::warn!(
                     event = "config_reload_failed",
+                    suppressed,
                     path = %self.path.display(),
                     trigger = trigger.as_str(),
                     generation,
@@ -351,6 +356,15 @@ pub fn spawn_watch(reloader: Arc<Reloader>, options: WatchOptions) -> WatchTask 
         loop {
             let change = watcher.next_change().await;
             tracing::debug!(?change, path = %reloader.path().display(), "config change seen");
+            if change.errors > 0
+                && let Some(suppressed) = ratelimited::admit(&["config_watch_error"])
+            {
+                tracing::warn!(
+                    errors = change.errors,
+                    suppressed,
+                    "config watcher error; reading the set again"
+                );
+            }
             // The outcome is logged and recorded by `reload` itself.
             let _ = reloader.reload(Trigger::Watch).await;
         }
