@@ -1,7 +1,8 @@
 //! Configuration: the YAML schema ([`schema`]), validation into an immutable compiled
 //! form ([`compile`] builds [`tree`], [`rule`], [`limit`]; every error through
-//! [`diagnostics`]), loading a file or directory ([`load`]), and the [`matcher`] that
-//! finds a request descriptor's rule in the compiled tree.
+//! [`diagnostics`]), loading a file or directory ([`load`], through the one bounded
+//! directory [`walk`]), and the [`matcher`] that finds a request descriptor's rule in
+//! the compiled tree.
 //! The server holds a [`Config`] behind an atomic pointer and swaps whole sets;
 //! [`watch`] reports changes on disk (the reload itself is `crate::server::reload`).
 
