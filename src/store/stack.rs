@@ -3,7 +3,8 @@
 //! configured. The order matters: the cache answers known denials before anything
 //! else; the breaker sees only calls that really go to Redis. With metrics, the
 //! calls that pass the cache are timed and counted ([`Metered`]) on their way to the
-//! breaker (the memory store is metered too).
+//! breaker (the memory store is metered too). Redis need not be up at start-up: the
+//! Redis store then fails fast until its background connector reaches it.
 
 use std::sync::Arc;
 
@@ -35,8 +36,13 @@ pub async fn build(
             None => Arc::new(MemoryStore::new()),
         });
     };
-    let redis = RedisStore::connect(options).await?;
-    log_connected(options, breaker, local_cache_bytes);
+    // Redis away at start-up is not an error: the store fails fast and keeps
+    // connecting, so a pod started during an outage serves by failure_mode instead of
+    // crash-looping. Only settings no retry can fix stop the start.
+    let redis = RedisStore::start(options).await?;
+    if redis.is_connected() {
+        log_connected(options, breaker, local_cache_bytes);
+    }
     let protected = Breaker::new(redis, breaker).with_metrics(metrics);
     match metrics {
         Some(metrics) => Ok(cached(

@@ -47,6 +47,7 @@ mod sentinel;
 mod shaping;
 mod shutdown;
 mod simulate;
+mod start_without_redis;
 mod startup_health;
 mod store_contract;
 mod tls;
