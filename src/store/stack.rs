@@ -23,6 +23,7 @@ pub async fn build(
     redis: Option<&RedisOptions>,
     breaker: BreakerOptions,
     local_cache_bytes: u64,
+    memory_store_bytes: u64,
     metrics: Option<&Arc<Metrics>>,
 ) -> Result<Arc<dyn Store>, StoreError> {
     let Some(options) = redis else {
@@ -31,9 +32,11 @@ pub async fn build(
             "no Redis configured: using the in-memory store, so every limit is counted per process; \
              with N replicas a client may get up to N times its limit"
         );
+        let evictions = metrics.map(|m| m.memory_store_evictions("memory"));
+        let memory = MemoryStore::bounded(memory_store_bytes, "memory", evictions);
         return Ok(match metrics {
-            Some(metrics) => Arc::new(Metered::new(MemoryStore::new(), metrics.clone())),
-            None => Arc::new(MemoryStore::new()),
+            Some(metrics) => Arc::new(Metered::new(memory, metrics.clone())),
+            None => Arc::new(memory),
         });
     };
     // Redis away at start-up is not an error: the store fails fast and keeps

@@ -28,6 +28,7 @@ mod differential;
 mod grpc;
 mod http_json;
 mod limiter;
+mod local_fallback;
 mod logs;
 mod matching;
 mod memory_usage;
