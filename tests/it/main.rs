@@ -31,6 +31,7 @@ mod limiter;
 mod local_fallback;
 mod logs;
 mod matching;
+mod memory_store;
 mod memory_usage;
 mod metrics;
 mod migrate_check;
