@@ -122,11 +122,7 @@ fn rss_stays_within_the_budget_plus_80_mib() {
     );
     assert!(value("weighted") <= BUDGET, "{line}");
     assert!(value("evictions") > 0, "the budget was reached: {line}");
-    assert_eq!(
-        value("len") as u64 + value("evictions"),
-        KEYS as u64,
-        "{line}"
-    );
+    assert_eq!(value("len") + value("evictions"), KEYS as u64, "{line}");
 }
 
 #[test]
