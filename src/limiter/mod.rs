@@ -174,7 +174,11 @@ impl Limiter {
         }
         match self.store.decide_noting_local(ops, &mut local).await {
             Ok(decisions) => {
-                self.fallback.store_answered();
+                // Only an answer that reached the store says it is back (the
+                // over-limit cache answers known denials during an outage too).
+                if local.len() < ops.len() {
+                    self.fallback.store_answered();
+                }
                 Ok((decisions, local, None))
             }
             Err(error) => {

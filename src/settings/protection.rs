@@ -195,4 +195,21 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn memory_store_bytes_from_flag_then_env_and_zero_is_refused() {
+        let p = resolve_with(ServeFlags::default(), &[("MEMORY_STORE_BYTES", "1048576")]).unwrap();
+        assert_eq!(p.memory_store_bytes, 1_048_576);
+        let flags = ServeFlags {
+            memory_store_bytes: Some(4096),
+            ..Default::default()
+        };
+        let p = resolve_with(flags, &[("MEMORY_STORE_BYTES", "1048576")]).unwrap();
+        assert_eq!(p.memory_store_bytes, 4096, "the flag wins");
+        let err = resolve_with(ServeFlags::default(), &[("MEMORY_STORE_BYTES", "0")]).unwrap_err();
+        assert!(err.to_string().contains("memory-store-bytes"), "{err}");
+        let err =
+            resolve_with(ServeFlags::default(), &[("MEMORY_STORE_BYTES", "big")]).unwrap_err();
+        assert!(err.to_string().contains("MEMORY_STORE_BYTES"), "{err}");
+    }
 }
