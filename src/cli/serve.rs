@@ -146,6 +146,7 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
         settings.redis.as_ref(),
         protection.breaker,
         protection.local_cache_bytes,
+        protection.memory_store_bytes,
         Some(&metrics),
     )
     .await?;
@@ -159,6 +160,7 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
             headers: protection.headers.clone(),
             retry_after_jitter: protection.retry_after_jitter,
             replicas: protection.replicas,
+            memory_store_bytes: Some(protection.memory_store_bytes),
         },
         metrics,
     ));

@@ -47,6 +47,8 @@ pub struct LimiterOptions {
     pub retry_after_jitter: Duration,
     /// Replicas sharing the limits; `failure_mode: local` admits 1/N of each.
     pub replicas: u32,
+    /// `--memory-store-bytes`: bounds the `failure_mode: local` counts (`None`: default).
+    pub memory_store_bytes: Option<u64>,
 }
 
 /// Holds the live config snapshot and the store; shared by the gRPC and HTTP fronts.
@@ -76,7 +78,11 @@ impl Limiter {
             config: ArcSwap::from_pointee(config),
             store,
             tarpits: tarpit::Tarpits::default(),
-            fallback: fallback::Fallback::new(options.replicas),
+            fallback: fallback::Fallback::new(
+                options.replicas,
+                options.memory_store_bytes,
+                Some(metrics.memory_store_evictions("fallback")),
+            ),
             options,
             metrics,
         }
@@ -167,7 +173,14 @@ impl Limiter {
             return Ok((Vec::new(), local, None));
         }
         match self.store.decide_noting_local(ops, &mut local).await {
-            Ok(decisions) => Ok((decisions, local, None)),
+            Ok(decisions) => {
+                // Only an answer that reached the store says it is back (the
+                // over-limit cache answers known denials during an outage too).
+                if local.len() < ops.len() {
+                    self.fallback.store_answered();
+                }
+                Ok((decisions, local, None))
+            }
             Err(error) => {
                 let mode = domain.map_or(FailureMode::default(), |d| d.failure_mode);
                 self.metrics.fallback(mode);

@@ -12,6 +12,7 @@
 
 mod backend;
 mod lifecycle;
+mod memory;
 mod process;
 mod rules;
 mod upstream;
@@ -27,6 +28,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 pub use self::backend::{BreakerGauge, BreakerState};
 pub use self::lifecycle::{BUILD_COMMIT, BUILD_VERSION};
+pub use self::memory::EvictionCounter;
 pub use self::rules::{RuleLabels, RuleOutcome};
 use crate::config::FailureMode;
 
@@ -137,6 +139,7 @@ pub struct Metrics {
     reloads: [Counter; 2],
     lifecycle: lifecycle::Lifecycle,
     backend_health: backend::BackendMetrics,
+    memory: memory::MemoryMetrics,
     generation: Gauge,
     config_info: Family<[(&'static str, String); 1], Gauge>,
 }
@@ -179,6 +182,7 @@ impl Metrics {
         let upstream_names = names == MetricNames::AlsoUpstream;
         let rules = rules::RuleMetrics::register(&mut registry, upstream_names);
         let backend_health = backend::BackendMetrics::register(&mut registry);
+        let memory = memory::MemoryMetrics::register(&mut registry);
         registry.register_collector(Box::new(process::ProcessCollector::new()));
         let lifecycle = lifecycle::Lifecycle::register(&mut registry);
 
@@ -272,6 +276,7 @@ impl Metrics {
             reloads: ["success", "failure"].map(|r| one(&reloads, "result", r)),
             lifecycle,
             backend_health,
+            memory,
             generation,
             config_info,
             registry,

@@ -74,6 +74,9 @@ pub struct ServeFlags {
     /// Memory for the local over-limit cache, in bytes; 0 turns it off [default: $LOCAL_CACHE_SIZE_IN_BYTES, else 16 MiB]
     #[arg(long, value_name = "BYTES")]
     pub local_cache_bytes: Option<u64>,
+    /// Memory for the in-process counters (the memory store without Redis, and the failure_mode: local counts), in bytes; when full, the least recently used counters are evicted [default: $MEMORY_STORE_BYTES, else 64 MiB]
+    #[arg(long, value_name = "BYTES")]
+    pub memory_store_bytes: Option<u64>,
     /// Consecutive Redis failures that open the circuit breaker [default: 5]
     #[arg(long)]
     pub breaker_failures: Option<u32>,

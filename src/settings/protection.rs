@@ -1,7 +1,8 @@
 //! Settings of what answers carry and how the store is protected: response headers
 //! (envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED` and header names, or our
 //! IETF style), Retry-After jitter, the replica count for `failure_mode: local`, the
-//! local over-limit cache's size (`LOCAL_CACHE_SIZE_IN_BYTES`) and the breaker.
+//! local over-limit cache's size (`LOCAL_CACHE_SIZE_IN_BYTES`), the memory store's
+//! budget (`MEMORY_STORE_BYTES`) and the breaker.
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use super::{ServeFlags, parse_bool};
 use crate::error::Error;
 use crate::limiter::answer::HeaderStyle;
 use crate::store::breaker::BreakerOptions;
+use crate::store::memory::DEFAULT_MAX_BYTES;
 
 /// On by default: a flood of 429s must not become a flood of Redis calls.
 pub const DEFAULT_LOCAL_CACHE_BYTES: u64 = 16 * 1024 * 1024;
@@ -20,6 +22,8 @@ pub struct Protection {
     pub replicas: u32,
     /// 0 turns the local over-limit cache off.
     pub local_cache_bytes: u64,
+    /// The memory store's budget (also the `failure_mode: local` counts'), at least 1.
+    pub memory_store_bytes: u64,
     pub breaker: BreakerOptions,
 }
 
@@ -69,6 +73,16 @@ pub fn resolve(
         Some(n) => n,
         None => number("LOCAL_CACHE_SIZE_IN_BYTES")?.unwrap_or(DEFAULT_LOCAL_CACHE_BYTES),
     };
+    let memory_store_bytes = match flags.memory_store_bytes {
+        Some(n) => n,
+        None => number("MEMORY_STORE_BYTES")?.unwrap_or(DEFAULT_MAX_BYTES),
+    };
+    if memory_store_bytes == 0 {
+        return Err(Error::Settings(
+            "--memory-store-bytes must be at least 1 (the memory store cannot be turned off)"
+                .into(),
+        ));
+    }
     let defaults = BreakerOptions::default();
     let breaker = BreakerOptions {
         failures_to_open: flags
@@ -84,6 +98,7 @@ pub fn resolve(
         retry_after_jitter: Duration::from_millis(flags.retry_after_jitter_ms.unwrap_or(0)),
         replicas,
         local_cache_bytes,
+        memory_store_bytes,
         breaker,
     })
 }
@@ -123,6 +138,7 @@ mod tests {
         let p = resolve_with(ServeFlags::default(), &[]).unwrap();
         assert_eq!(p.headers, HeaderStyle::None);
         assert_eq!(p.local_cache_bytes, DEFAULT_LOCAL_CACHE_BYTES);
+        assert_eq!(p.memory_store_bytes, DEFAULT_MAX_BYTES);
         let p = resolve_with(
             ServeFlags::default(),
             &[
@@ -178,5 +194,22 @@ mod tests {
             err.to_string().contains("LOCAL_CACHE_SIZE_IN_BYTES"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn memory_store_bytes_from_flag_then_env_and_zero_is_refused() {
+        let p = resolve_with(ServeFlags::default(), &[("MEMORY_STORE_BYTES", "1048576")]).unwrap();
+        assert_eq!(p.memory_store_bytes, 1_048_576);
+        let flags = ServeFlags {
+            memory_store_bytes: Some(4096),
+            ..Default::default()
+        };
+        let p = resolve_with(flags, &[("MEMORY_STORE_BYTES", "1048576")]).unwrap();
+        assert_eq!(p.memory_store_bytes, 4096, "the flag wins");
+        let err = resolve_with(ServeFlags::default(), &[("MEMORY_STORE_BYTES", "0")]).unwrap_err();
+        assert!(err.to_string().contains("memory-store-bytes"), "{err}");
+        let err =
+            resolve_with(ServeFlags::default(), &[("MEMORY_STORE_BYTES", "big")]).unwrap_err();
+        assert!(err.to_string().contains("MEMORY_STORE_BYTES"), "{err}");
     }
 }

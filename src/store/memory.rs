@@ -1,57 +1,199 @@
 //! The in-process store: exact for one process, shared by nothing. Used when no Redis
-//! is configured and as the reference the contract suite holds the others to.
+//! is configured, as the `failure_mode: local` store, and as the reference the
+//! contract suite holds the others to.
+//!
+//! Memory is bounded by a byte budget (`--memory-store-bytes`): counters live in a
+//! moka cache weighed by an estimate of each entry's bytes (the cache's own
+//! bookkeeping included), and when the budget is reached the least recently used
+//! counters are evicted, counted in `tollgate_memory_store_evictions_total` and
+//! logged at most once a second. An evicted counter starts again from zero, so
+//! eviction can only over-admit, and only for counters idle longer than every
+//! counter kept.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use moka::Expiry;
+use moka::notification::RemovalCause;
+use moka::policy::EvictionPolicy;
+use moka::sync::Cache;
 
 use super::{CounterKey, CounterOp, Store, StoreFuture};
 use crate::algorithm::{self, Decision, State};
 use crate::clock::{Clock, SystemClock};
+use crate::metrics::EvictionCounter;
+use crate::telemetry::ratelimited;
 
-/// Counters in a map behind one lock: a request's whole batch is decided under it,
-/// which is what makes the batch atomic.
+/// The budget when none is given: room for about 90k counters of a typical shape
+/// (two descriptor entries, about 750 bytes each with the cache's bookkeeping).
+pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+/// What an entry costs beyond its key's and state's own bytes: moka's entry (its
+/// `Arc`s, the LRU deque node, the hash table slot, the timer wheel node) and the
+/// allocator's rounding. Measured, not derived: with 320 here, 800k distinct
+/// counters under a 32 MiB budget kept 60k counters at a 67 MiB RSS peak; with 512
+/// (about 750 bytes a typical counter) 45k counters at 54 MiB, most of the rest being
+/// the test process itself (`tests/it/memory_store.rs` prints it).
+const ENTRY_OVERHEAD: usize = 512;
+
+/// A counter's state with the instant (ms, by the store's clock) after which it
+/// equals no state at all.
+#[derive(Clone)]
+struct Entry {
+    state: State,
+    expires_ms: u64,
+}
+
+/// Counters in a bounded cache; a request's whole batch is decided and written under
+/// one lock, which is what makes the batch atomic (the cache alone is atomic per key
+/// only).
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
-    inner: Mutex<Inner>,
+    batch: Mutex<()>,
+    counters: Cache<CounterKey, Entry>,
 }
 
-#[derive(Default)]
-struct Inner {
-    /// Each counter with the instant (ms) after which it equals no state at all.
-    counters: HashMap<CounterKey, (State, u64)>,
-    /// Next time (ms) to drop expired counters, so memory stays bounded by the keys
-    /// that still matter.
-    next_sweep: u64,
+/// Drops an entry when its state has expired by the store's clock, so idle counters
+/// leave without waiting for eviction. Only with the system clock: an injected test
+/// clock does not move with the cache's real time.
+struct UntilExpired {
+    clock: Arc<dyn Clock>,
 }
 
-/// How often expired counters are swept, in milliseconds.
-const SWEEP_INTERVAL_MS: u64 = 10_000;
+impl UntilExpired {
+    fn left(&self, entry: &Entry) -> Option<Duration> {
+        Some(Duration::from_millis(
+            entry.expires_ms.saturating_sub(self.clock.now_millis()),
+        ))
+    }
+}
 
-impl MemoryStore {
-    pub fn new() -> Self {
-        Self::with_clock(Arc::new(SystemClock))
+impl Expiry<CounterKey, Entry> for UntilExpired {
+    fn expire_after_create(&self, _: &CounterKey, entry: &Entry, _: Instant) -> Option<Duration> {
+        self.left(entry)
     }
 
+    fn expire_after_update(
+        &self,
+        _: &CounterKey,
+        entry: &Entry,
+        _: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        self.left(entry)
+    }
+}
+
+/// The estimated bytes one counter holds: the key's strings, the state's heap (a
+/// sliding log's timestamps), the fixed parts and [`ENTRY_OVERHEAD`].
+fn weigh(key: &CounterKey, entry: &Entry) -> u32 {
+    let strings: usize = key
+        .entries
+        .iter()
+        .map(|(k, v)| k.len() + v.len() + 2 * 16)
+        .sum();
+    let state = match &entry.state {
+        State::SlidingLog(log) => log.hits.capacity() * 8,
+        _ => 0,
+    };
+    let fixed = std::mem::size_of::<CounterKey>() + std::mem::size_of::<Entry>();
+    u32::try_from(ENTRY_OVERHEAD + fixed + strings + state).unwrap_or(u32::MAX)
+}
+
+impl MemoryStore {
+    /// The default budget, the system clock, evictions not counted.
+    pub fn new() -> Self {
+        Self::bounded(DEFAULT_MAX_BYTES, "memory", None)
+    }
+
+    /// A store on an injected clock (tests), with the default budget.
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self::build(clock, DEFAULT_MAX_BYTES, "memory", None, false)
+    }
+
+    /// At most `max_bytes` (estimated) of counters; `name` labels the eviction metric
+    /// and log (`memory` for the server's store, `fallback` for `failure_mode: local`).
+    pub fn bounded(max_bytes: u64, name: &'static str, evictions: Option<EvictionCounter>) -> Self {
+        Self::build(Arc::new(SystemClock), max_bytes, name, evictions, true)
+    }
+
+    fn build(
+        clock: Arc<dyn Clock>,
+        max_bytes: u64,
+        name: &'static str,
+        evictions: Option<EvictionCounter>,
+        expire: bool,
+    ) -> Self {
+        let mut builder = Cache::builder()
+            .max_capacity(max_bytes.max(1))
+            .weigher(weigh)
+            // LRU rather than moka's default TinyLFU: TinyLFU may refuse to admit a
+            // new key, and a counter that is not kept would admit without bound.
+            .eviction_policy(EvictionPolicy::lru())
+            .eviction_listener(move |_, _, cause| {
+                if cause != RemovalCause::Size {
+                    return;
+                }
+                if let Some(evictions) = &evictions {
+                    evictions.inc();
+                }
+                if let Some(suppressed) = ratelimited::admit(&["memory_store_eviction", name]) {
+                    tracing::warn!(
+                        event = "memory_store_eviction",
+                        store = name,
+                        max_bytes,
+                        suppressed,
+                        "memory store full: evicting the least recently used counters \
+                         (they start again from zero)"
+                    );
+                }
+            });
+        if expire {
+            builder = builder.expire_after(UntilExpired {
+                clock: clock.clone(),
+            });
+        }
         Self {
             clock,
-            inner: Mutex::new(Inner::default()),
+            batch: Mutex::new(()),
+            counters: builder.build(),
         }
+    }
+
+    /// Forgets every counter (the `failure_mode: local` counts once Redis is back).
+    pub fn clear(&self) {
+        let _batch = self.lock();
+        self.counters.invalidate_all();
     }
 
     /// Number of live counters (for tests and metrics).
     pub fn len(&self) -> usize {
-        self.lock().counters.len()
+        self.counters.run_pending_tasks();
+        usize::try_from(self.counters.entry_count()).unwrap_or(usize::MAX)
+    }
+
+    /// The estimated bytes held (what the budget bounds).
+    pub fn weighted_bytes(&self) -> u64 {
+        self.counters.run_pending_tasks();
+        self.counters.weighted_size()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // A panic while holding the lock cannot leave a half-applied batch (the map is
-        // only written after every decision is made), so a poisoned lock is safe to use.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // A panic while holding the lock cannot leave a half-applied batch (the cache
+        // is only written after every decision is made), so a poisoned lock is safe.
+        self.batch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The counter's state, unless it has expired.
+    fn current(&self, key: &CounterKey, now: u64) -> Option<State> {
+        self.counters
+            .get(key)
+            .filter(|entry| entry.expires_ms > now)
+            .map(|entry| entry.state)
     }
 
     /// Decides a batch synchronously; see [`Store`] for the contract.
@@ -66,8 +208,9 @@ impl MemoryStore {
 
     fn decide_batch(&self, ops: &[CounterOp], dry_run: bool) -> Vec<Decision> {
         let now = self.clock.now_millis();
-        let mut inner = self.lock();
-        inner.sweep(now);
+        let _batch = self.lock();
+        // Each counter's stored state, read once (a clone out of the cache).
+        let stored: Vec<Option<State>> = ops.iter().map(|op| self.current(&op.key, now)).collect();
 
         // Tentative states, one per op, so later ops on the same counter see earlier ones.
         let mut tentative: Vec<State> = Vec::with_capacity(ops.len());
@@ -76,7 +219,7 @@ impl MemoryStore {
         for (i, op) in ops.iter().enumerate() {
             let prior = match ops[..i].iter().rposition(|earlier| earlier.key == op.key) {
                 Some(j) => Some(&tentative[j]),
-                None => inner.current(&op.key, now),
+                None => stored[i].as_ref(),
             };
             let (state, decision) = algorithm::decide(prior, &op.params, now, op.cost);
             vetoed |= op.vetoes && !decision.allowed;
@@ -88,10 +231,9 @@ impl MemoryStore {
             // Nothing is consumed: report what the allowed counters hold without us.
             // Same convention as lua/batch.lua: remaining and reset of a check-only call
             // on the untouched state, and no shaping wait for what was not consumed.
-            for (op, decision) in ops.iter().zip(decisions.iter_mut()) {
+            for (i, (op, decision)) in ops.iter().zip(decisions.iter_mut()).enumerate() {
                 if decision.allowed {
-                    let check =
-                        algorithm::decide(inner.current(&op.key, now), &op.params, now, 0).1;
+                    let check = algorithm::decide(stored[i].as_ref(), &op.params, now, 0).1;
                     decision.remaining = check.remaining;
                     decision.reset_after = check.reset_after;
                     decision.delay = std::time::Duration::ZERO;
@@ -109,28 +251,12 @@ impl MemoryStore {
                 written.push(&op.key);
                 let last = ops.iter().rposition(|o| o.key == op.key).unwrap_or(i);
                 let state = tentative[last].clone();
-                let expires = algorithm::expires_at_ms(&state, &op.params, now);
-                inner.counters.insert(op.key.clone(), (state, expires));
+                let expires_ms = algorithm::expires_at_ms(&state, &op.params, now);
+                self.counters
+                    .insert(op.key.clone(), Entry { state, expires_ms });
             }
         }
         decisions
-    }
-}
-
-impl Inner {
-    fn current(&self, key: &CounterKey, now: u64) -> Option<&State> {
-        self.counters
-            .get(key)
-            .filter(|(_, expires)| *expires > now)
-            .map(|(state, _)| state)
-    }
-
-    fn sweep(&mut self, now: u64) {
-        if now < self.next_sweep {
-            return;
-        }
-        self.counters.retain(|_, (_, expires)| *expires > now);
-        self.next_sweep = now + SWEEP_INTERVAL_MS;
     }
 }
 

@@ -3,7 +3,8 @@
 //! configured. The order matters: the cache answers known denials before anything
 //! else; the breaker sees only calls that really go to Redis. With metrics, the
 //! calls that pass the cache are timed and counted ([`Metered`]) on their way to the
-//! breaker (the memory store is metered too).
+//! breaker (the memory store is metered too). Redis need not be up at start-up: the
+//! Redis store then fails fast until its background connector reaches it.
 
 use std::sync::Arc;
 
@@ -22,6 +23,7 @@ pub async fn build(
     redis: Option<&RedisOptions>,
     breaker: BreakerOptions,
     local_cache_bytes: u64,
+    memory_store_bytes: u64,
     metrics: Option<&Arc<Metrics>>,
 ) -> Result<Arc<dyn Store>, StoreError> {
     let Some(options) = redis else {
@@ -30,13 +32,20 @@ pub async fn build(
             "no Redis configured: using the in-memory store, so every limit is counted per process; \
              with N replicas a client may get up to N times its limit"
         );
+        let evictions = metrics.map(|m| m.memory_store_evictions("memory"));
+        let memory = MemoryStore::bounded(memory_store_bytes, "memory", evictions);
         return Ok(match metrics {
-            Some(metrics) => Arc::new(Metered::new(MemoryStore::new(), metrics.clone())),
-            None => Arc::new(MemoryStore::new()),
+            Some(metrics) => Arc::new(Metered::new(memory, metrics.clone())),
+            None => Arc::new(memory),
         });
     };
-    let redis = RedisStore::connect(options).await?;
-    log_connected(options, breaker, local_cache_bytes);
+    // Redis away at start-up is not an error: the store fails fast and keeps
+    // connecting, so a pod started during an outage serves by failure_mode instead of
+    // crash-looping. Only settings no retry can fix stop the start.
+    let redis = RedisStore::start(options).await?;
+    if redis.is_connected() {
+        log_connected(options, breaker, local_cache_bytes);
+    }
     let protected = Breaker::new(redis, breaker).with_metrics(metrics);
     match metrics {
         Some(metrics) => Ok(cached(

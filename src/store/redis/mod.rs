@@ -3,6 +3,12 @@
 //! queued beside it (`batcher.rs`); a cluster splits it by hash slot (`cluster.rs`).
 //! This module connects, picks the path, bounds each request by the store's timeout
 //! and answers readiness probes (node by node, `connect/probe.rs`).
+//!
+//! A server started while Redis is away still starts ([`RedisStore::start`]): until a
+//! background task reaches Redis (retrying with backoff) every call fails at once
+//! with [`StoreError::Unavailable`], so each domain's `failure_mode` answers, and
+//! readiness probes say the node is down. Settings that can never work (a malformed
+//! URL, unreadable TLS files, a bad key prefix, refused credentials) still fail.
 
 mod batcher;
 mod cluster;
@@ -11,6 +17,7 @@ pub mod inspect;
 pub mod keys;
 pub mod scripts;
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use self::batcher::Batcher;
@@ -20,11 +27,20 @@ use self::connect::{Connection, RedisOptions};
 use self::scripts::WireOp;
 use super::{CounterOp, PingFuture, Store, StoreError, StoreFuture};
 use crate::algorithm::Decision;
+use crate::telemetry::ratelimited;
 
 pub use connect::RedisTarget;
 
 /// Bound on one readiness PING.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The background connector's first wait after a failed attempt; it doubles up to
+/// [`RETRY_MAX`]. Short, because a pod waiting for Redis serves only fallbacks.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between attempts: Redis is found within about this (plus the
+/// connect timeout) of its arrival, and a Redis that stays away costs one attempt
+/// every couple of seconds.
+const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Where decisions go: the choice is made once, at connect time, by the server kind.
 enum Backend {
@@ -35,7 +51,12 @@ enum Backend {
 }
 
 pub struct RedisStore {
-    backend: Backend,
+    /// Set once: at start, or by the background connector when Redis arrives. Empty
+    /// means not reached yet, and every call fails fast.
+    backend: Arc<OnceLock<Backend>>,
+    /// The background connector while Redis has not been reached; stopped with the
+    /// store.
+    connector: Option<tokio::task::AbortHandle>,
     /// Connections of its own for [`Store::ping`] (every master of a cluster), so a
     /// readiness probe never queues behind rate-limit traffic.
     probe: Probe,
@@ -44,43 +65,58 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
+    /// Connects now, or fails: for callers with nothing to fall back on (`inspect`,
+    /// tests). The server uses [`RedisStore::start`].
     pub async fn connect(options: &RedisOptions) -> Result<Self, StoreError> {
         keys::check_prefix(&options.key_prefix).map_err(StoreError::Unavailable)?;
-        let mut connection = connect::connect(options)
-            .await
-            .map_err(StoreError::Unavailable)?;
-        // Load the scripts everywhere now (on a cluster SCRIPT LOAD reaches every
-        // node), so the first burst of traffic does not meet NOSCRIPT all at once and
-        // resend every body within its request's timeout.
-        let load = async {
-            for script in [&*scripts::BATCH, &*scripts::REFUND] {
-                script.load_async(&mut connection).await?;
+        let backend = open(options).await.map_err(StoreError::Unavailable)?;
+        Ok(Self::new(options, Arc::new(OnceLock::from(backend)), None))
+    }
+
+    /// Connects now if Redis answers; otherwise returns a store that fails every call
+    /// at once while a background task keeps connecting (with backoff) and loads the
+    /// scripts when it gets through. Errors only for settings no retry can fix.
+    pub async fn start(options: &RedisOptions) -> Result<Self, StoreError> {
+        keys::check_prefix(&options.key_prefix).map_err(StoreError::Unavailable)?;
+        connect::check(options).map_err(StoreError::Unavailable)?;
+        let error = match open(options).await {
+            Ok(backend) => return Ok(Self::new(options, Arc::new(OnceLock::from(backend)), None)),
+            Err(error) if connect::refused_by_settings(&error) => {
+                return Err(StoreError::Unavailable(error));
             }
-            Ok::<(), redis::RedisError>(())
+            Err(error) => error,
         };
-        tokio::time::timeout(options.connect_timeout, load)
-            .await
-            .map_err(|_| StoreError::Unavailable("loading the scripts timed out".into()))?
-            .map_err(|e| {
-                StoreError::Unavailable(format!(
-                    "cannot load the scripts: {}",
-                    connect::describe(&e)
-                ))
-            })?;
-        let backend = match connection {
-            Connection::Cluster(c) => Backend::Cluster(Cluster::new(c)),
-            standalone => Backend::Standalone(Batcher::start(standalone, options.timeout)),
-        };
+        tracing::warn!(
+            event = "redis_unreachable_at_start",
+            error = %error,
+            "Redis is not reachable: serving by each domain's failure_mode and connecting in the background"
+        );
+        let cell = Arc::new(OnceLock::new());
+        let connector = tokio::spawn(keep_connecting(options.clone(), cell.clone()));
+        Ok(Self::new(options, cell, Some(connector.abort_handle())))
+    }
+
+    /// Whether Redis has been reached (the scripts are loaded and calls go to it).
+    pub fn is_connected(&self) -> bool {
+        self.backend.get().is_some()
+    }
+
+    fn new(
+        options: &RedisOptions,
+        backend: Arc<OnceLock<Backend>>,
+        connector: Option<tokio::task::AbortHandle>,
+    ) -> Self {
         let mut probe_options = options.clone();
         // A PING is tiny, but the request budget (tens of ms) is no bound for a probe.
         probe_options.timeout = PROBE_TIMEOUT;
         probe_options.connect_timeout = options.connect_timeout.min(PROBE_TIMEOUT * 5);
-        Ok(Self {
+        Self {
             backend,
+            connector,
             probe: Probe::new(probe_options, PROBE_TIMEOUT),
             prefix: options.key_prefix.clone(),
             timeout: options.timeout,
-        })
+        }
     }
 
     async fn decide_batch(
@@ -92,7 +128,12 @@ impl RedisStore {
             .iter()
             .map(|op| keys::encode(&self.prefix, &op.key))
             .collect();
-        match &self.backend {
+        // Before Redis is first reached there is nothing to wait for: failing at once
+        // lets the failure_mode answer instead of a timeout per request.
+        let Some(backend) = self.backend.get() else {
+            return Err(StoreError::Unavailable(NOT_CONNECTED.to_owned()));
+        };
+        match backend {
             Backend::Standalone(batcher) => {
                 let wire = ops.iter().map(WireOp::new).collect();
                 let replies = batcher.decide(keys, wire, dry_run).await?;
@@ -110,6 +151,75 @@ impl RedisStore {
         match tokio::time::timeout(self.timeout, self.decide_batch(ops, dry_run)).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout(self.timeout)),
+        }
+    }
+}
+
+const NOT_CONNECTED: &str = "not connected to Redis yet (connecting in the background)";
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        if let Some(connector) = &self.connector {
+            connector.abort();
+        }
+    }
+}
+
+/// Connects, loads the scripts everywhere and picks the path by the server kind.
+async fn open(options: &RedisOptions) -> Result<Backend, String> {
+    let mut connection = connect::connect(options).await?;
+    // Load the scripts everywhere now (on a cluster SCRIPT LOAD reaches every node),
+    // so the first burst of traffic does not meet NOSCRIPT all at once and resend
+    // every body within its request's timeout.
+    let load = async {
+        for script in [&*scripts::BATCH, &*scripts::REFUND] {
+            script.load_async(&mut connection).await?;
+        }
+        Ok::<(), redis::RedisError>(())
+    };
+    tokio::time::timeout(options.connect_timeout, load)
+        .await
+        .map_err(|_| "loading the scripts timed out".to_owned())?
+        .map_err(|e| format!("cannot load the scripts: {}", connect::describe(&e)))?;
+    Ok(match connection {
+        Connection::Cluster(c) => Backend::Cluster(Cluster::new(c)),
+        standalone => Backend::Standalone(Batcher::start(standalone, options.timeout)),
+    })
+}
+
+/// The background connector: tries until Redis answers, waiting a little longer
+/// after each failure (with jitter, so replicas started together spread out), then
+/// hands the backend to the store and ends. Failures are logged at most once a
+/// second, with how many were not.
+async fn keep_connecting(options: RedisOptions, cell: Arc<OnceLock<Backend>>) {
+    let mut wait = RETRY_FIRST;
+    let mut attempts: u64 = 1;
+    loop {
+        let jitter = wait.mul_f64(fastrand::f64() * 0.2);
+        tokio::time::sleep(wait + jitter).await;
+        attempts += 1;
+        match open(&options).await {
+            Ok(backend) => {
+                let _ = cell.set(backend);
+                tracing::info!(
+                    event = "redis_connected",
+                    attempts,
+                    "connected to Redis after start-up; the scripts are loaded"
+                );
+                return;
+            }
+            Err(error) => {
+                if let Some(suppressed) = ratelimited::admit(&["redis_connect"]) {
+                    tracing::warn!(
+                        event = "redis_connect_failed",
+                        error = %error,
+                        attempts,
+                        suppressed,
+                        "still cannot reach Redis; retrying"
+                    );
+                }
+                wait = (wait * 2).min(RETRY_MAX);
+            }
         }
     }
 }

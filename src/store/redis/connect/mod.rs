@@ -155,6 +155,53 @@ fn sentinel_client(
     builder.build()
 }
 
+/// Checks everything about `options` that needs no server: the URLs parse, the TLS
+/// files load, the Sentinel client builds. A start with settings that can never work
+/// must stop, while a server that is merely not there yet is waited for (see
+/// `RedisStore::start`), so the two are told apart before anything is dialled.
+pub fn check(options: &RedisOptions) -> Result<(), String> {
+    let target = redact_target(&options.target);
+    let fail = |e: redis::RedisError| format!("bad Redis settings for {target}: {}", describe(&e));
+    let certificates = options
+        .tls
+        .certificates()
+        .map_err(|e| format!("bad Redis settings for {target}: {e}"))?;
+    match &options.target {
+        RedisTarget::Standalone(url) => {
+            with_auth(url, options.auth.as_deref()).map_err(fail)?;
+        }
+        RedisTarget::Cluster(urls) => {
+            if urls.is_empty() {
+                return Err(format!("bad Redis settings for {target}: no cluster nodes"));
+            }
+            for url in urls {
+                with_auth(url, options.auth.as_deref()).map_err(fail)?;
+            }
+        }
+        RedisTarget::Sentinel {
+            master,
+            sentinels,
+            sentinel_auth,
+        } => {
+            sentinel_client(
+                master,
+                sentinels,
+                sentinel_auth.as_deref(),
+                options,
+                certificates,
+            )
+            .map_err(fail)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a failed connect says the settings are wrong (credentials), rather than
+/// that the server is not reachable yet: retrying cannot fix the former.
+pub fn refused_by_settings(error: &str) -> bool {
+    error.contains("authentication failed") || error.contains("authentication required")
+}
+
 /// Opens the connection and proves it works (one PING), so a wrong address or
 /// password fails at start-up with a message naming the target, never the password.
 pub async fn connect(options: &RedisOptions) -> Result<Connection, String> {
