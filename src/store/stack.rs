@@ -36,6 +36,13 @@ pub async fn build(
         });
     };
     let redis = RedisStore::connect(options).await?;
+    // The cache keeps only denials no refund can undo (store/cache.rs): on a cluster
+    // no denial is known to be final, so there is nothing it may keep.
+    let local_cache_bytes = if redis.refunds() {
+        0
+    } else {
+        local_cache_bytes
+    };
     log_connected(options, breaker, local_cache_bytes);
     let protected = Breaker::new(redis, breaker).with_metrics(metrics);
     match metrics {
