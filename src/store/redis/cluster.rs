@@ -89,6 +89,24 @@ impl Cluster {
         deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
         let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
+        // Check first: a dry run of every group at once (one round trip). A request
+        // that some group would deny anyway is denied here without consuming
+        // anything, so it never holds a counter that others are racing for: without
+        // this, {x, y} requests denied at a full y each took one of x's hits for a
+        // round trip and gave it back, and {x} requests meeting those hits were
+        // denied (a limit of 5 admitted 4 of 60). The walk below still decides: the
+        // check is an optimisation of the common case, never a commitment.
+        self.dry_run_groups(keys, ops, groups, deadline, &mut replies)
+            .await?;
+        let vetoed = |replies: &[Option<Reply>]| {
+            replies
+                .iter()
+                .zip(ops)
+                .any(|(r, op)| op.vetoes && r.is_some_and(|r| !r.decision.allowed))
+        };
+        if vetoed(&replies) {
+            return Ok(decisions(replies));
+        }
         // Built only on this (multi-group) path; if this future is dropped mid-walk,
         // the guard still sends the refunds from a task of its own.
         let mut guard = RefundGuard::new(
@@ -287,7 +305,16 @@ mod tests {
         // CRC16/XMODEM's check value, then the tag rules against redis-rs's own slots:
         // the first '{', the first '}' after it, an empty tag hashes the whole key.
         assert_eq!(slot_of(b"123456789"), 0x31C3 % 16384);
-        for key in ["foo", "{user1000}.following", "a{}b", "{}", "x{a}{b}", "{{a}}", "t{\u{e9}}z", ""] {
+        for key in [
+            "foo",
+            "{user1000}.following",
+            "a{}b",
+            "{}",
+            "x{a}{b}",
+            "{{a}}",
+            "t{\u{e9}}z",
+            "",
+        ] {
             assert_eq!(
                 Slot::new(slot_of(key.as_bytes())),
                 Some(Slot::for_key(key.as_bytes())),

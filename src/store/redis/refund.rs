@@ -102,9 +102,11 @@ impl RefundGuard {
         let connection = self.connection.clone();
         let (attempt_timeout, abandoned) = (self.attempt_timeout, self.abandoned.clone());
         Some(runtime.spawn(async move {
-            join_all(owed.into_iter().map(|group| {
-                refund_group(connection.clone(), group, attempt_timeout, &abandoned)
-            }))
+            join_all(
+                owed.into_iter().map(|group| {
+                    refund_group(connection.clone(), group, attempt_timeout, &abandoned)
+                }),
+            )
             .await;
         }))
     }
