@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures_util::future::{join, join_all};
+use futures_util::future::join_all;
 use redis::cluster_async::ClusterConnection;
 use tokio::time::{Instant, timeout_at};
 
@@ -72,16 +72,17 @@ impl Cluster {
     /// atomic call, stopping at the first that denies.
     ///
     /// Why in order, and not all at once: with consume-then-refund in parallel, N
-    /// requests on two full-enough counters can each win one slot and lose the other,
+    /// requests on two nearly full counters can each win one slot and lose the other,
     /// and all of them refund: nobody is admitted (issue 12 saw 10 rounds of 50 with
     /// no admission). Here every request meets the groups in the same order, so a
-    /// request denied at group k holds only groups before k, which every rival passes
-    /// before reaching k too. The first request through group 1 therefore meets no
-    /// competitor ahead of it at any later group that was not also ahead of it at
-    /// group 1: it cannot be starved by later ones, and of N identical requests on
-    /// limit L, exactly min(N, L) get through. The cost: one round trip for the check
-    /// plus one per group in sequence, instead of one in parallel (the figures are in
-    /// docs/architecture.md, "Requests across slots").
+    /// request waiting on group k holds hits only in groups before k, never after.
+    /// Hits in the last group belong to requests that are through, hence admitted;
+    /// and a request can hold a hit in group j only after getting one in each group
+    /// before j. So for identical requests on limit L, the first L to pass group 1
+    /// find room at every later group (only they can be ahead of them there), and
+    /// exactly min(N, L) are admitted: nobody starves anybody. The cost: one round
+    /// trip for the check plus one per group in sequence, instead of one in parallel
+    /// (the figures are in docs/architecture.md, "Requests across slots").
     async fn walk(
         &self,
         keys: &[String],
@@ -99,13 +100,11 @@ impl Cluster {
         // check is an optimisation of the common case, never a commitment.
         self.dry_run_groups(keys, ops, groups, deadline, &mut replies)
             .await?;
-        let vetoed = |replies: &[Option<Reply>]| {
-            replies
-                .iter()
-                .zip(ops)
-                .any(|(r, op)| op.vetoes && r.is_some_and(|r| !r.decision.allowed))
-        };
-        if vetoed(&replies) {
+        if replies
+            .iter()
+            .zip(ops)
+            .any(|(r, op)| op.vetoes && r.is_some_and(|r| !r.decision.allowed))
+        {
             return Ok(decisions(replies));
         }
         // Built only on this (multi-group) path; if this future is dropped mid-walk,
@@ -146,14 +145,9 @@ impl Cluster {
             return Ok(decisions(replies));
         };
 
-        // Denied at group g: give back groups before it and, at the same time, learn
-        // the true statuses of the groups after it (a dry run: nothing consumed).
-        let (_, rest) = join(
-            guard.settle(deadline),
-            self.dry_run_groups(keys, ops, &groups[g + 1..], deadline, &mut replies),
-        )
-        .await;
-        rest?;
+        // Denied at group g: give back the groups before it. The groups after it keep
+        // the statuses the check found (nothing consumed there, no new round trip).
+        guard.settle(deadline).await;
         // What the refunded operations report is what remains without this request.
         for &i in groups[..g].iter().flatten() {
             if let Some(reply) = replies[i].as_mut().filter(|r| r.decision.allowed) {
