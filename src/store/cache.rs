@@ -1,10 +1,22 @@
 //! The local over-limit cache: once a counter has denied a request of cost 1 until a
 //! known instant (its retry-after), every replica-local request of cost 1 or more on
 //! it is denied until then without asking the store, so a flood of 429s does not
-//! become a flood of Redis calls. A counter never admits earlier than its retry-after
-//! (counts only grow until then, apart from refunds, which only under-admit), so the
-//! cache changes no decision. Check-only calls (cost 0) always go to the store: a
-//! full counter still passes them. Shadow-mode counters are answered from the cache
+//! become a flood of Redis calls.
+//!
+//! What may be kept: only a denial that no refund can undo, because the cache assumes
+//! a counter never admits earlier than its retry-after (counts only grow until then).
+//! Refunds break that: on a Redis Cluster a request that consumed slot group 1 and is
+//! denied at group 2 gives group 1 back, so a denial seen at group 1 meanwhile may
+//! have counted a hit that is about to vanish (issue 12: a round that admitted nobody
+//! left replicas answering OVER_LIMIT for the rest of the hour while Redis held 0).
+//! Which denials on a cluster are final cannot be told from the reply (the count does
+//! not say which of its hits are still refundable, and the refunding request may run
+//! on another replica), and "only requests with one slot group" is not enough (the
+//! transient hit belongs to another request). So the rule is the simplest correct
+//! one: the cache is used only in front of stores that never refund (memory,
+//! standalone and Sentinel, where one script call decides a whole request);
+//! `store/stack.rs` leaves it out on a cluster. Check-only calls (cost 0) always go
+//! to the store: a full counter still passes them. Shadow-mode counters are answered from the cache
 //! too (as envoyproxy/ratelimit's are); they still cannot deny the request. Memory is
 //! bounded by a byte budget.
 

@@ -43,6 +43,13 @@ pub async fn build(
     // connecting, so a pod started during an outage serves by failure_mode instead of
     // crash-looping. Only settings no retry can fix stop the start.
     let redis = RedisStore::start(options).await?;
+    // The cache keeps only denials no refund can undo (store/cache.rs): on a cluster
+    // no denial is known to be final, so there is nothing it may keep.
+    let local_cache_bytes = if redis.refunds() {
+        0
+    } else {
+        local_cache_bytes
+    };
     if redis.is_connected() {
         log_connected(options, breaker, local_cache_bytes);
     }

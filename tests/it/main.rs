@@ -23,6 +23,8 @@ mod cluster_faults;
 mod config_algorithms;
 mod config_dirs;
 mod config_errors;
+mod cross_slot;
+mod cross_slot_latency;
 mod deploy_files;
 mod deploy_metrics;
 mod differential;

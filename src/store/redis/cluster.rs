@@ -1,104 +1,201 @@
-//! The Redis Cluster path. A request's counter operations are grouped by hash slot,
-//! each group is decided by one atomic batch-script call (groups run concurrently,
-//! one round trip per shard), and when any group denies the request the groups that
-//! did consume are refunded, so a denied request consumes nothing.
+//! The Redis Cluster path. A request's counter operations are grouped by hash slot;
+//! each group is decided by one atomic batch-script call. A request with several
+//! groups acquires them one after another in ascending slot order and stops at the
+//! first group that denies; the groups it already consumed are then refunded
+//! ([`super::refund`]), so a denied request consumes nothing. A single group is one
+//! call; dry runs consume nothing and ask every group at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::Slot;
+use tokio::time::{Instant, timeout_at};
 
 use super::connect::describe;
-use super::scripts::{self, Refund, Reply, Segment, WireOp};
+use super::refund::RefundGuard;
+use super::scripts::{self, Reply, Segment, WireOp};
 use crate::algorithm::Decision;
 use crate::store::{CounterOp, StoreError};
 
 /// A cluster connection (redis-rs follows MOVED/ASK and retries TRYAGAIN).
 pub struct Cluster {
     connection: ClusterConnection,
+    /// The store's per-call budget: it bounds each refund attempt, which may outlive
+    /// the request that made it.
+    timeout: Duration,
+    /// Refunded operations given up on (a counter left high until its window ends).
+    abandoned: Arc<AtomicU64>,
 }
 
 impl Cluster {
-    pub fn new(connection: ClusterConnection) -> Self {
-        Self { connection }
+    pub fn new(connection: ClusterConnection, timeout: Duration) -> Self {
+        Self {
+            connection,
+            timeout,
+            abandoned: Arc::new(AtomicU64::new(0)),
+        }
     }
 
-    /// Decides `ops` (whose encoded keys are `keys`), all or nothing across slots.
+    /// Refunded operations that could not be given back (see [`super::refund`]).
+    pub fn refunds_abandoned(&self) -> u64 {
+        self.abandoned.load(Ordering::Relaxed)
+    }
+
+    /// Decides `ops` (whose encoded keys are `keys`), all or nothing across slots, by
+    /// `deadline`. The caller must not cancel this future on a timer of its own: the
+    /// deadline is applied here, per call, so that a walk cut short still refunds.
     pub async fn decide(
         &self,
         keys: &[String],
         ops: &[CounterOp],
         dry_run: bool,
+        deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
         let groups = group_by_slot(keys.iter().map(String::as_str));
+        if let [only] = groups.as_slice() {
+            // One slot: one atomic call, nothing to order or refund.
+            let replies = self.bounded(keys, ops, only, dry_run, deadline).await?;
+            return Ok(replies.into_iter().map(|r| r.decision).collect());
+        }
+        if dry_run {
+            let mut replies = vec![None; ops.len()];
+            self.dry_run_groups(keys, ops, &groups, deadline, &mut replies)
+                .await?;
+            return Ok(decisions(replies));
+        }
+        self.walk(keys, ops, &groups, deadline).await
+    }
+
+    /// Acquires the slot groups in ascending slot order, each check-and-consume in one
+    /// atomic call, stopping at the first that denies.
+    ///
+    /// Why in order, and not all at once: with consume-then-refund in parallel, N
+    /// requests on two nearly full counters can each win one slot and lose the other,
+    /// and all of them refund: nobody is admitted (issue 12 saw 10 rounds of 50 with
+    /// no admission). Here every request meets the groups in the same order, so a
+    /// request waiting on group k holds hits only in groups before k, never after.
+    /// Hits in the last group belong to requests that are through, hence admitted;
+    /// and a request can hold a hit in group j only after getting one in each group
+    /// before j. So for identical requests on limit L, the first L to pass group 1
+    /// find room at every later group (only they can be ahead of them there), and
+    /// exactly min(N, L) are admitted: nobody starves anybody. The cost: one round
+    /// trip for the check plus one per group in sequence, instead of one in parallel
+    /// (the figures are in docs/architecture.md, "Requests across slots").
+    async fn walk(
+        &self,
+        keys: &[String],
+        ops: &[CounterOp],
+        groups: &[Vec<usize>],
+        deadline: Instant,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
+        // Check first: a dry run of every group at once (one round trip). A request
+        // that some group would deny anyway is denied here without consuming
+        // anything, so it never holds a counter that others are racing for: without
+        // this, {x, y} requests denied at a full y each took one of x's hits for a
+        // round trip and gave it back, and {x} requests meeting those hits were
+        // denied (a limit of 5 admitted 4 of 60). The walk below still decides: the
+        // check is an optimisation of the common case, never a commitment.
+        self.dry_run_groups(keys, ops, groups, deadline, &mut replies)
+            .await?;
+        if replies
+            .iter()
+            .zip(ops)
+            .any(|(r, op)| op.vetoes && r.is_some_and(|r| !r.decision.allowed))
+        {
+            return Ok(decisions(replies));
+        }
+        // Built only on this (multi-group) path; if this future is dropped mid-walk,
+        // the guard still sends the refunds from a task of its own.
+        let mut guard = RefundGuard::new(
+            self.connection.clone(),
+            self.timeout,
+            self.abandoned.clone(),
+        );
+        let mut denied_at = None;
+        for (g, indices) in groups.iter().enumerate() {
+            let group_replies = match self.bounded(keys, ops, indices, false, deadline).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // The failed call itself may or may not have consumed (a timeout
+                    // says nothing); the groups before it surely did.
+                    guard.settle(deadline).await;
+                    return Err(e);
+                }
+            };
+            let vetoed = indices
+                .iter()
+                .zip(&group_replies)
+                .any(|(&i, r)| ops[i].vetoes && !r.decision.allowed);
+            for (&i, reply) in indices.iter().zip(group_replies) {
+                replies[i] = Some(reply);
+            }
+            if vetoed {
+                denied_at = Some(g);
+                break;
+            }
+            if g + 1 < groups.len() {
+                guard.hold(keys, ops, indices, &replies);
+            }
+        }
+        let Some(g) = denied_at else {
+            guard.disarm();
+            return Ok(decisions(replies));
+        };
+
+        // Denied at group g: give back the groups before it. The groups after it keep
+        // the statuses the check found (nothing consumed there, no new round trip).
+        guard.settle(deadline).await;
+        // What the refunded operations report is what remains without this request.
+        for &i in groups[..g].iter().flatten() {
+            if let Some(reply) = replies[i].as_mut().filter(|r| r.decision.allowed) {
+                reply.decision.remaining = reply
+                    .decision
+                    .remaining
+                    .saturating_add(ops[i].cost)
+                    .min(ops[i].params.limit.max(ops[i].params.burst));
+            }
+        }
+        Ok(decisions(replies))
+    }
+
+    /// Dry runs of `groups`, concurrently, their replies put into `replies`.
+    async fn dry_run_groups(
+        &self,
+        keys: &[String],
+        ops: &[CounterOp],
+        groups: &[Vec<usize>],
+        deadline: Instant,
+        replies: &mut [Option<Reply>],
+    ) -> Result<(), StoreError> {
         let results = join_all(
             groups
                 .iter()
-                .map(|indices| self.run_group(keys, ops, indices, dry_run)),
+                .map(|indices| self.bounded(keys, ops, indices, true, deadline)),
         )
         .await;
-
-        // Which groups wrote: a group commits unless one of its vetoing ops was denied.
-        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
-        let mut failure = None;
-        let mut vetoed = false;
-        let mut committed = Vec::new();
         for (indices, result) in groups.iter().zip(results) {
-            match result {
-                Ok(group_replies) => {
-                    let group_vetoed = dry_run
-                        || indices
-                            .iter()
-                            .zip(&group_replies)
-                            .any(|(&i, r)| ops[i].vetoes && !r.decision.allowed);
-                    vetoed |= group_vetoed;
-                    if !group_vetoed {
-                        committed.push(indices);
-                    }
-                    for (&i, reply) in indices.iter().zip(group_replies) {
-                        replies[i] = Some(reply);
-                    }
-                }
-                Err(e) => failure = Some(e),
+            for (&i, reply) in indices.iter().zip(result?) {
+                replies[i] = Some(reply);
             }
         }
+        Ok(())
+    }
 
-        if vetoed || failure.is_some() {
-            // Give back what the committed groups consumed: the request is not admitted.
-            // A committed group is one slot, so its refunds are one refund call.
-            let refunds: Vec<Vec<Refund>> = committed
-                .iter()
-                .map(|indices| {
-                    indices
-                        .iter()
-                        .filter(|&&i| {
-                            ops[i].cost > 0 && replies[i].is_some_and(|r| r.decision.allowed)
-                        })
-                        .map(|&i| Refund {
-                            key: keys[i].clone(),
-                            op: WireOp::new(&ops[i]),
-                            token: replies[i].map_or(0, |r| r.token),
-                        })
-                        .collect()
-                })
-                .collect();
-            self.refund(&refunds).await;
-            for &i in committed.iter().flat_map(|indices| indices.iter()) {
-                if let Some(reply) = replies[i].as_mut().filter(|r| r.decision.allowed) {
-                    reply.decision.remaining = reply
-                        .decision
-                        .remaining
-                        .saturating_add(ops[i].cost)
-                        .min(ops[i].params.limit.max(ops[i].params.burst));
-                }
-            }
-        }
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        Ok(replies
-            .into_iter()
-            .map(|r| r.expect("every group replied").decision)
-            .collect())
+    /// [`Cluster::run_group`] by `deadline`.
+    async fn bounded(
+        &self,
+        keys: &[String],
+        ops: &[CounterOp],
+        indices: &[usize],
+        dry_run: bool,
+        deadline: Instant,
+    ) -> Result<Vec<Reply>, StoreError> {
+        timeout_at(deadline, self.run_group(keys, ops, indices, dry_run))
+            .await
+            .unwrap_or(Err(StoreError::Timeout(self.timeout)))
     }
 
     /// One batch script call for the operations `indices` of `ops` (one slot).
@@ -125,43 +222,57 @@ impl Cluster {
                 .map_err(|e| StoreError::Unavailable(describe(&e)))?;
         scripts::parse_batch_reply(&values, indices.len()).map_err(StoreError::Unavailable)
     }
-
-    /// One refund call per slot group, concurrently. Best effort: a refund that fails
-    /// leaves a counter briefly high (under-admission), which is the safe direction;
-    /// it is logged, not returned.
-    async fn refund(&self, groups: &[Vec<Refund>]) {
-        let results =
-            join_all(
-                groups.iter().filter(|g| !g.is_empty()).map(|group| {
-                    let refs: Vec<&Refund> = group.iter().collect();
-                    let cmd = scripts::refund_cmd(&refs);
-                    let mut connection = self.connection.clone();
-                    async move {
-                        scripts::evalsha::<_, i64>(&mut connection, &cmd, &scripts::REFUND).await
-                    }
-                }),
-            )
-            .await;
-        for result in results {
-            if let Err(e) = result {
-                tracing::warn!(error = %describe(&e), "refund failed; a counter stays high until its window ends");
-            }
-        }
-    }
 }
 
-/// Indices of `keys` grouped by hash slot, groups in first-seen order and request order
-/// within each group (so duplicate counters are decided in request order).
+fn decisions(replies: Vec<Option<Reply>>) -> Vec<Decision> {
+    replies
+        .into_iter()
+        .map(|r| r.expect("every group replied").decision)
+        .collect()
+}
+
+/// Indices of `keys` grouped by hash slot, groups in ascending slot order (the one
+/// global order every request acquires them in) and request order within each group
+/// (so duplicate counters are decided in request order).
 fn group_by_slot<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<Vec<usize>> {
-    let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
+    let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
     for (i, key) in keys.into_iter().enumerate() {
-        let slot = Slot::for_key(key.as_bytes());
+        let slot = slot_of(key.as_bytes());
         match groups.iter_mut().find(|(s, _)| *s == slot) {
             Some((_, group)) => group.push(i),
             None => groups.push((slot, vec![i])),
         }
     }
+    // Slots are distinct, so the order is total: no two groups tie.
+    groups.sort_unstable_by_key(|(slot, _)| *slot);
     groups.into_iter().map(|(_, g)| g).collect()
+}
+
+/// The hash slot of `key`, as Redis computes it (CRC16/XMODEM of the hash tag, or of
+/// the whole key when it has no non-empty tag, modulo 16384). Computed here because
+/// the order needs the slot's number, which redis-rs's `Slot` does not expose.
+fn slot_of(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in hashed {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
 }
 
 #[cfg(test)]
@@ -169,8 +280,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn groups_by_hash_tag_in_first_seen_then_request_order() {
+    fn groups_by_hash_tag_in_slot_then_request_order() {
         let keys = ["a{x}", "b{y}", "c{x}", "a{x}", "d{z}"];
-        assert_eq!(group_by_slot(keys), vec![vec![0, 2, 3], vec![1], vec![4]]);
+        let slot = |tag: &str| slot_of(tag.as_bytes());
+        let mut expected = vec![
+            (slot("x"), vec![0, 2, 3]),
+            (slot("y"), vec![1]),
+            (slot("z"), vec![4]),
+        ];
+        expected.sort();
+        let expected: Vec<Vec<usize>> = expected.into_iter().map(|(_, g)| g).collect();
+        assert_eq!(group_by_slot(keys), expected);
+        assert!(slot("x") != slot("y") && slot("y") != slot("z"));
+    }
+
+    #[test]
+    fn slot_numbers_agree_with_redis() {
+        use redis::cluster_routing::Slot;
+        // CRC16/XMODEM's check value, then the tag rules against redis-rs's own slots:
+        // the first '{', the first '}' after it, an empty tag hashes the whole key.
+        // (0x31C3, already below 16384).
+        assert_eq!(slot_of(b"123456789"), 0x31C3);
+        for key in [
+            "foo",
+            "{user1000}.following",
+            "a{}b",
+            "{}",
+            "x{a}{b}",
+            "{{a}}",
+            "t{\u{e9}}z",
+            "",
+        ] {
+            assert_eq!(
+                Slot::new(slot_of(key.as_bytes())),
+                Some(Slot::for_key(key.as_bytes())),
+                "{key}"
+            );
+        }
     }
 }

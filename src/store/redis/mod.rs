@@ -1,6 +1,7 @@
 //! The Redis store, standalone (direct or through Sentinel) or cluster. A standalone
 //! server decides a whole request in one script call, shared with the requests
-//! queued beside it (`batcher.rs`); a cluster splits it by hash slot (`cluster.rs`).
+//! queued beside it (`batcher.rs`); a cluster splits it by hash slot and acquires the
+//! groups in slot order (`cluster.rs`, refunds in `refund.rs`).
 //! This module connects, picks the path, bounds each request by the store's timeout
 //! and answers readiness probes (node by node, `connect/probe.rs`).
 //!
@@ -15,6 +16,7 @@ mod cluster;
 pub mod connect;
 pub mod inspect;
 pub mod keys;
+mod refund;
 pub mod scripts;
 
 use std::sync::{Arc, OnceLock};
@@ -62,6 +64,8 @@ pub struct RedisStore {
     probe: Probe,
     prefix: String,
     timeout: Duration,
+    /// A cluster: requests span several calls, so a denial may be refunded.
+    cluster: bool,
 }
 
 impl RedisStore {
@@ -116,10 +120,27 @@ impl RedisStore {
             probe: Probe::new(probe_options, PROBE_TIMEOUT),
             prefix: options.key_prefix.clone(),
             timeout: options.timeout,
+            cluster: matches!(options.target, RedisTarget::Cluster(_)),
         }
     }
 
-    async fn decide_batch(
+    /// Whether a denial can later be undone by a refund (another request giving back
+    /// what it consumed): only on a cluster, where a request spans several calls. The
+    /// over-limit cache must not keep such denials (`store/stack.rs`).
+    pub fn refunds(&self) -> bool {
+        // Known from the settings, so also before Redis is first reached.
+        self.cluster
+    }
+
+    /// Refunded operations given up on so far (cluster only; see `refund.rs`).
+    pub fn refunds_abandoned(&self) -> u64 {
+        match self.backend.get() {
+            Some(Backend::Cluster(cluster)) => cluster.refunds_abandoned(),
+            _ => 0,
+        }
+    }
+
+    async fn within_timeout(
         &self,
         ops: &[CounterOp],
         dry_run: bool,
@@ -136,21 +157,18 @@ impl RedisStore {
         match backend {
             Backend::Standalone(batcher) => {
                 let wire = ops.iter().map(WireOp::new).collect();
-                let replies = batcher.decide(keys, wire, dry_run).await?;
-                Ok(replies.into_iter().map(|r| r.decision).collect())
+                match tokio::time::timeout(self.timeout, batcher.decide(keys, wire, dry_run)).await
+                {
+                    Ok(replies) => Ok(replies?.into_iter().map(|r| r.decision).collect()),
+                    Err(_) => Err(StoreError::Timeout(self.timeout)),
+                }
             }
-            Backend::Cluster(cluster) => cluster.decide(&keys, ops, dry_run).await,
-        }
-    }
-
-    async fn within_timeout(
-        &self,
-        ops: &[CounterOp],
-        dry_run: bool,
-    ) -> Result<Vec<Decision>, StoreError> {
-        match tokio::time::timeout(self.timeout, self.decide_batch(ops, dry_run)).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(self.timeout)),
+            // The cluster applies the deadline call by call itself: cut short from
+            // outside, a walk could not refund what it had already consumed.
+            Backend::Cluster(cluster) => {
+                let deadline = tokio::time::Instant::now() + self.timeout;
+                cluster.decide(&keys, ops, dry_run, deadline).await
+            }
         }
     }
 }
@@ -182,7 +200,7 @@ async fn open(options: &RedisOptions) -> Result<Backend, String> {
         .map_err(|_| "loading the scripts timed out".to_owned())?
         .map_err(|e| format!("cannot load the scripts: {}", connect::describe(&e)))?;
     Ok(match connection {
-        Connection::Cluster(c) => Backend::Cluster(Cluster::new(c)),
+        Connection::Cluster(c) => Backend::Cluster(Cluster::new(c, options.timeout)),
         standalone => Backend::Standalone(Batcher::start(standalone, options.timeout)),
     })
 }
