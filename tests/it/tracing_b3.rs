@@ -5,20 +5,12 @@
 
 use crate::common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::tracing_otlp::{grpc_collector, hex};
 
 use common::process::{self, Server};
 use tollgate::proto::RateLimitServiceClient;
@@ -28,23 +20,6 @@ use tollgate::proto::RateLimitServiceClient;
 const GRPC_TRACE: &str = "80f198ee56343ba864fe8b2a57d3eff7";
 const JSON_TRACE_64: &str = "a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "e457b5a2e4d86bd1";
-
-struct Collector(mpsc::UnboundedSender<ExportTraceServiceRequest>);
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let _ = self.0.send(request.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 async fn post_json_with_multi_b3(port: u16) {
     let body = r#"{"domain":"traced","descriptors":[{"entries":[{"key":"user","value":"bob"}]}]}"#;
@@ -66,14 +41,7 @@ async fn post_json_with_multi_b3(port: u16) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b3_single_and_multi_headers_put_the_request_span_under_the_callers_trace() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let collector: SocketAddr = listener.local_addr().unwrap();
-    let (tx, mut exports) = mpsc::unbounded_channel();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(Collector(tx)))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    let (collector, mut exports) = grpc_collector().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("t.yaml"),

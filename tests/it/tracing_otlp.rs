@@ -51,7 +51,9 @@ impl TraceService for Collector {
     }
 }
 
-async fn grpc_collector() -> (
+/// An OTLP/gRPC collector on a free port, and the export requests it receives (the
+/// b3 suite uses it too).
+pub(crate) async fn grpc_collector() -> (
     SocketAddr,
     mpsc::UnboundedReceiver<ExportTraceServiceRequest>,
 ) {
@@ -91,7 +93,7 @@ async fn http_collector() -> (
     (addr, rx)
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
