@@ -14,6 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::time::{Instant, timeout_at};
 
 use super::connect::describe;
+use super::keys;
 use super::refund::RefundGuard;
 use super::scripts::{self, Reply, Segment, WireOp};
 use crate::algorithm::Decision;
@@ -237,7 +238,7 @@ fn decisions(replies: Vec<Option<Reply>>) -> Vec<Decision> {
 fn group_by_slot<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<Vec<usize>> {
     let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
     for (i, key) in keys.into_iter().enumerate() {
-        let slot = slot_of(key.as_bytes());
+        let slot = slot_of(key);
         match groups.iter_mut().find(|(s, _)| *s == slot) {
             Some((_, group)) => group.push(i),
             None => groups.push((slot, vec![i])),
@@ -250,29 +251,11 @@ fn group_by_slot<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<Vec<usize>>
 
 /// The hash slot of `key`, as Redis computes it (CRC16/XMODEM of the hash tag, or of
 /// the whole key when it has no non-empty tag, modulo 16384). Computed here because
-/// the order needs the slot's number, which redis-rs's `Slot` does not expose.
-fn slot_of(key: &[u8]) -> u16 {
-    let hashed = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            let close = rest.iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(key);
-    let mut crc: u16 = 0;
-    for &byte in hashed {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
+/// the order needs the slot's number, which redis-rs's `Slot` does not expose; the
+/// CRC is the crate redis-rs itself uses.
+fn slot_of(key: &str) -> u16 {
+    let hashed = keys::tag(key).filter(|tag| !tag.is_empty()).unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(hashed.as_bytes()) % 16384
 }
 
 #[cfg(test)]
@@ -282,7 +265,7 @@ mod tests {
     #[test]
     fn groups_by_hash_tag_in_slot_then_request_order() {
         let keys = ["a{x}", "b{y}", "c{x}", "a{x}", "d{z}"];
-        let slot = |tag: &str| slot_of(tag.as_bytes());
+        let slot = |tag: &str| slot_of(tag);
         let mut expected = vec![
             (slot("x"), vec![0, 2, 3]),
             (slot("y"), vec![1]),
@@ -300,7 +283,7 @@ mod tests {
         // CRC16/XMODEM's check value, then the tag rules against redis-rs's own slots:
         // the first '{', the first '}' after it, an empty tag hashes the whole key.
         // (0x31C3, already below 16384).
-        assert_eq!(slot_of(b"123456789"), 0x31C3);
+        assert_eq!(slot_of("123456789"), 0x31C3);
         for key in [
             "foo",
             "{user1000}.following",
@@ -312,7 +295,7 @@ mod tests {
             "",
         ] {
             assert_eq!(
-                Slot::new(slot_of(key.as_bytes())),
+                Slot::new(slot_of(key)),
                 Some(Slot::for_key(key.as_bytes())),
                 "{key}"
             );
