@@ -65,13 +65,13 @@ async fn scrape(server: &TestServer) -> String {
 }
 
 /// The value of one series, written exactly as exposed (`name{labels}`); 0 when absent.
-fn value(text: &str, series: &str) -> f64 {
+pub(crate) fn value(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .map_or(0.0, |v| v.trim().parse().expect("a number"))
 }
 
-fn rule(name: &str, domain: &str, rule: &str) -> String {
+pub(crate) fn rule(name: &str, domain: &str, rule: &str) -> String {
     format!("tollgate_rule_{name}_total{{domain=\"{domain}\",rule=\"{rule}\"}}")
 }
 

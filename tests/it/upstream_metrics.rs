@@ -11,6 +11,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 
+use crate::metrics::{rule, value};
 use common::process::{Server, check, free_ports, tollgate};
 use common::server::{TestServer, config, descriptor, request};
 use tollgate::limiter::{Limiter, LimiterOptions};
@@ -38,17 +39,6 @@ async fn scrape_async(addr: SocketAddr) -> String {
     tokio::task::spawn_blocking(move || scrape(addr))
         .await
         .expect("scrape")
-}
-
-/// The value of one series, written exactly as exposed; 0 when absent.
-fn value(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0.0, |v| v.trim().parse().expect("a number"))
-}
-
-fn rule(name: &str, domain: &str, rule: &str) -> String {
-    format!("tollgate_rule_{name}_total{{domain=\"{domain}\",rule=\"{rule}\"}}")
 }
 
 /// Sends one request of `hits` hits on `key=value`; whether it was OVER_LIMIT.
