@@ -12,6 +12,7 @@ use tollgate::proto::RateLimitServiceClient;
 
 use crate::common::process::{DEADLINE, Server, free_ports, tollgate};
 use crate::common::server::{descriptor, request};
+use crate::reload::http_get;
 
 const SHADOW: &str = "domain: logs\ndescriptors:\n  - key: user\n    shadow_mode: true\n    rate_limit: {name: trial, unit: hour, requests_per_unit: 1}\n  - key: ip\n    rate_limit: {name: per_ip, unit: hour, requests_per_unit: 1}\n";
 
@@ -186,22 +187,6 @@ fn debug_explains_each_decision_without_library_frames() {
             "{line}"
         );
     }
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect HTTP");
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default()
 }
 
 /// SIGHUPs until `/config.json` satisfies `done`; returns it.

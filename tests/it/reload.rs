@@ -306,7 +306,7 @@ async fn an_unchanged_set_is_not_swapped() {
 }
 
 /// GET over a fresh HTTP/1.1 connection; the body.
-fn http_get(port: u16, path: &str) -> String {
+pub(crate) fn http_get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect HTTP");
     write!(
