@@ -1,8 +1,11 @@
-//! The `tollgate` binary: parse the command line and hand over to the library.
+//! The `tollgate` binary (also `ratelimit`, see `cli::args`): parse the command line and
+//! hand over to the library.
 
 use clap::Parser;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tollgate::cli::run(tollgate::cli::Cli::parse()).await
+    let env = |name: &str| std::env::var(name).ok();
+    let args = tollgate::cli::args(std::env::args_os(), &env);
+    tollgate::cli::run(tollgate::cli::Cli::parse_from(args)).await
 }

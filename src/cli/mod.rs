@@ -2,6 +2,10 @@
 //! Each subcommand lives in its own file; [`run`] turns its outcome into the process
 //! exit code, and `main.rs` only parses and dispatches. Every write to stdout or
 //! stderr goes through [`out`], so a closed pipe never panics.
+//!
+//! Invoked as `ratelimit` (the image's `/bin/ratelimit`, which Envoy Gateway and
+//! envoyproxy/ratelimit's manifests run with no arguments), [`args`] makes it behave as
+//! that binary: no subcommand means `serve`, with the debug port on by default.
 
 pub mod bench;
 pub mod check;
@@ -12,10 +16,14 @@ pub mod serve;
 pub mod simulate;
 pub mod validate;
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// The program name under which tollgate stands in for envoyproxy/ratelimit.
+pub const UPSTREAM_NAME: &str = "ratelimit";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -67,5 +75,105 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Simulate(args) => simulate::run(args),
         Command::Bench(args) => bench::run(args).await,
         Command::MigrateCheck(args) => migrate_check::run(args),
+    }
+}
+
+/// The command line to parse: `args` as given, except under the name `ratelimit`
+/// without a subcommand, which is `serve` as envoyproxy/ratelimit's binary would run:
+/// its flags (if any) follow, and its debug port (`/rlconfig`, which `egctl` reads on
+/// 6070) is on, at `DEBUG_HOST:6070` unless `DEBUG_PORT` says otherwise. `env` looks a
+/// variable up (std::env::var in production).
+pub fn args(
+    args: impl IntoIterator<Item = OsString>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    let Some(program) = args.first() else {
+        return args;
+    };
+    let as_upstream = Path::new(program)
+        .file_name()
+        .is_some_and(|name| name == UPSTREAM_NAME);
+    let subcommand = args.get(1).and_then(|a| a.to_str()).is_some_and(|first| {
+        Cli::command()
+            .get_subcommands()
+            .any(|c| c.get_name() == first || c.get_all_aliases().any(|a| a == first))
+            || first == "help"
+    });
+    if !as_upstream || subcommand {
+        return args;
+    }
+    let mut serve = vec![OsString::from("serve")];
+    let set = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+    // Only when DEBUG_PORT is unset: then the settings would leave the debug port off,
+    // where upstream's default is 6070. A flag would beat DEBUG_HOST, so it is folded in.
+    if set("DEBUG_PORT").is_none() {
+        let host = set("DEBUG_HOST").unwrap_or_else(|| "0.0.0.0".into());
+        let host = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        serve.push("--debug-addr".into());
+        serve.push(format!("{host}:{UPSTREAM_DEBUG_PORT}").into());
+    }
+    args.splice(1..1, serve);
+    args
+}
+
+/// envoyproxy/ratelimit's `DEBUG_PORT` default.
+const UPSTREAM_DEBUG_PORT: u16 = 6070;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(argv: &[&str], vars: &[(&str, &str)]) -> Vec<String> {
+        let env = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        };
+        args(argv.iter().map(OsString::from), &env)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn ratelimit_without_a_subcommand_serves_with_the_debug_port_on() {
+        assert_eq!(
+            parsed(&["/bin/ratelimit"], &[]),
+            ["/bin/ratelimit", "serve", "--debug-addr", "0.0.0.0:6070"]
+        );
+        assert_eq!(
+            parsed(&["ratelimit", "--shadow-mode"], &[("DEBUG_HOST", "::1")]),
+            [
+                "ratelimit",
+                "serve",
+                "--debug-addr",
+                "[::1]:6070",
+                "--shadow-mode"
+            ]
+        );
+        // DEBUG_PORT set: the settings read DEBUG_HOST and DEBUG_PORT themselves.
+        assert_eq!(
+            parsed(&["ratelimit"], &[("DEBUG_PORT", "7000")]),
+            ["ratelimit", "serve"]
+        );
+        let cli = Cli::try_parse_from(parsed(&["/bin/ratelimit"], &[])).unwrap();
+        assert!(matches!(cli.command, Command::Serve(f) if f.debug_addr.is_some()));
+    }
+
+    #[test]
+    fn subcommands_and_other_names_are_left_alone() {
+        assert_eq!(
+            parsed(&["ratelimit", "validate", "x"], &[]),
+            ["ratelimit", "validate", "x"]
+        );
+        assert_eq!(parsed(&["ratelimit", "help"], &[]), ["ratelimit", "help"]);
+        assert_eq!(parsed(&["/usr/bin/tollgate"], &[]), ["/usr/bin/tollgate"]);
+        assert_eq!(parsed(&["tollgate", "serve"], &[]), ["tollgate", "serve"]);
+        assert!(parsed(&[], &[]).is_empty());
     }
 }

@@ -194,6 +194,12 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
             .await
             .map_err(ServeError::Bind)?;
     }
+    if let Some(prometheus) = &settings.observability.prometheus {
+        listeners = listeners
+            .bind_prometheus(prometheus.addr, &prometheus.path)
+            .await
+            .map_err(ServeError::Bind)?;
+    }
     let options = ServeOptions {
         health,
         reload: status,

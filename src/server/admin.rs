@@ -3,7 +3,8 @@
 //! `POST /json` check endpoint, which takes and returns the gRPC messages in
 //! protobuf's canonical JSON (camelCase names, enum names, durations as `"42s"`), the
 //! config views `GET /rlconfig` and `GET /config.json` (rendered by
-//! [`super::config_view`]), and `GET /metrics` (Prometheus text, [`crate::metrics`]).
+//! [`super::config_view`]), and `GET /metrics` (Prometheus text, [`crate::metrics`]),
+//! which [`prometheus`] also serves on `PROMETHEUS_ADDR`'s listener.
 
 use std::sync::{Arc, LazyLock};
 
@@ -54,6 +55,12 @@ pub fn router(state: AdminState) -> Router {
         .route("/json", any(json_check))
         .route("/metrics", get(metrics))
         .with_state(state)
+}
+
+/// The metrics listener of its own (`PROMETHEUS_ADDR`): `GET <path>` only, the same
+/// text as the HTTP port's `/metrics`.
+pub fn prometheus(state: AdminState, path: &str) -> Router {
+    Router::new().route(path, get(metrics)).with_state(state)
 }
 
 /// `/rlconfig` and `/config.json`: what is configured, for operators only.

@@ -9,7 +9,9 @@
 //!
 //! With [`ServeOptions::tls`] the gRPC port speaks TLS (mTLS with a client CA); see
 //! [`tls`]. The HTTP admin port stays plain. With a debug listener
-//! ([`Listeners::bind_debug`]) the config views move there, off the HTTP port.
+//! ([`Listeners::bind_debug`]) the config views move there, off the HTTP port. With a
+//! metrics listener ([`Listeners::bind_prometheus`], `PROMETHEUS_ADDR`) the metrics are
+//! served there too, at their own path.
 
 pub mod admin;
 pub mod config_view;
@@ -67,6 +69,9 @@ pub struct Listeners {
     /// the HTTP port, so they can be bound to loopback while `/json` and `/metrics`
     /// stay reachable.
     pub debug: Option<TcpListener>,
+    /// Set by [`Listeners::bind_prometheus`]: `GET <path>` answers the metrics here
+    /// as well as on the HTTP port.
+    pub prometheus: Option<(TcpListener, String)>,
 }
 
 impl Listeners {
@@ -81,6 +86,7 @@ impl Listeners {
             grpc: grpc_listener,
             http: http_listener,
             debug: None,
+            prometheus: None,
         })
     }
 
@@ -91,6 +97,21 @@ impl Listeners {
             .map_err(|e| Error::io(format!("cannot bind debug address {debug}"), e))?;
         self.debug = Some(listener);
         Ok(self)
+    }
+
+    /// Binds the metrics listener (`PROMETHEUS_ADDR`), serving them at `path`.
+    pub async fn bind_prometheus(mut self, addr: SocketAddr, path: &str) -> Result<Self, Error> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::io(format!("cannot bind Prometheus address {addr}"), e))?;
+        self.prometheus = Some((listener, path.to_owned()));
+        Ok(self)
+    }
+
+    pub fn prometheus_addr(&self) -> Option<SocketAddr> {
+        self.prometheus
+            .as_ref()
+            .and_then(|(l, _)| l.local_addr().ok())
     }
 
     pub fn debug_addr(&self) -> Option<SocketAddr> {
@@ -136,6 +157,7 @@ where
     let grpc_addr = listeners.grpc_addr();
     let http_addr = listeners.http_addr();
     let debug_addr = listeners.debug_addr();
+    let prometheus_addr = listeners.prometheus_addr();
     let grpc_tls = match &options.tls {
         Some(tls) if tls.mutual() => "mtls",
         Some(_) => "tls",
@@ -208,6 +230,9 @@ where
         health: options.health,
         reload: options.reload,
     };
+    let prometheus = listeners
+        .prometheus
+        .map(|(listener, path)| (listener, admin::prometheus(admin.clone(), &path)));
     let (http_router, debug_router) = match listeners.debug {
         Some(_) => (
             admin::router(admin.clone()),
@@ -229,20 +254,33 @@ where
             _ => Ok(()),
         }
     };
+    let prometheus = async {
+        match prometheus {
+            Some((listener, router)) => {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(stopped())
+                    .await
+            }
+            None => Ok(()),
+        }
+    };
 
     tracing::info!(
         grpc = %grpc_addr,
         http = %http_addr,
         debug = debug_addr.map(|a| a.to_string()),
+        prometheus = prometheus_addr.map(|a| a.to_string()),
         grpc_tls,
         "tollgate serving"
     );
-    let (grpc_result, http_result, debug_result) = tokio::join!(grpc, http, debug);
+    let (grpc_result, http_result, debug_result, prometheus_result) =
+        tokio::join!(grpc, http, debug, prometheus);
     follower.abort();
     drainer.abort();
     grpc_result?;
     http_result.map_err(|e| Error::io("HTTP server", e))?;
     debug_result.map_err(|e| Error::io("debug HTTP server", e))?;
+    prometheus_result.map_err(|e| Error::io("Prometheus HTTP server", e))?;
     tracing::info!(event = "shutdown_finished", "every call answered; stopped");
     Ok(())
 }

@@ -39,16 +39,8 @@ pub const IGNORED: &[(&str, &str)] = &[
         "statsd is not supported; scrape /metrics on the HTTP port (Prometheus) instead",
     ),
     (
-        "PROMETHEUS_ADDR",
-        "metrics are served at /metrics on the HTTP port (--http-addr)",
-    ),
-    (
-        "PROMETHEUS_PATH",
-        "metrics are served at /metrics on the HTTP port (--http-addr)",
-    ),
-    (
         "PROMETHEUS_MAPPER_YAML",
-        "metric names are tollgate's own (see docs/metrics-and-logs.md)",
+        "upstream's default mapping is built in (ratelimit_service_rate_limit_* by domain, key1, key2); a mapping file is not read (see docs/metrics-and-logs.md)",
     ),
     (
         "GRPC_MAX_CONNECTION_AGE",

@@ -1,6 +1,10 @@
 //! Settings of what tollgate tells operators: Prometheus metrics (envoyproxy/ratelimit's
-//! `USE_PROMETHEUS`, `NEAR_LIMIT_RATIO`) and OpenTelemetry traces (its `TRACING_*`
-//! variables, and the standard `OTEL_*` ones an OpenTelemetry deployment sets).
+//! `USE_PROMETHEUS`, `NEAR_LIMIT_RATIO`, and `PROMETHEUS_ADDR` / `PROMETHEUS_PATH` for a
+//! metrics listener of its own, as Envoy Gateway sets them) and OpenTelemetry traces
+//! (its `TRACING_*` variables, and the standard `OTEL_*` ones an OpenTelemetry
+//! deployment sets).
+
+use std::net::{SocketAddr, ToSocketAddrs};
 
 use super::flags::ServeFlags;
 use super::parse_bool;
@@ -13,15 +17,29 @@ const GRPC_ENDPOINT: &str = "http://localhost:4317";
 const HTTP_ENDPOINT: &str = "http://localhost:4318";
 /// Appended to `OTEL_EXPORTER_OTLP_ENDPOINT` for http/protobuf, as the spec says.
 const HTTP_TRACES_PATH: &str = "/v1/traces";
+/// envoyproxy/ratelimit's `PROMETHEUS_PATH` default.
+pub const DEFAULT_PROMETHEUS_PATH: &str = "/metrics";
+
+/// `PROMETHEUS_ADDR`: the registry served on a listener of its own, as
+/// envoyproxy/ratelimit's Prometheus sink does (Envoy Gateway scrapes `:19001`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrometheusListener {
+    pub addr: SocketAddr,
+    /// `PROMETHEUS_PATH`, starting with `/`.
+    pub path: String,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observability {
     /// `GET /metrics` answers (`USE_PROMETHEUS=false` turns it off).
     pub metrics: bool,
     pub near_limit_ratio: f64,
-    /// `--upstream-metric-names` (or `TOLLGATE_UPSTREAM_METRIC_NAMES=true`): also
-    /// envoyproxy/ratelimit's Prometheus names.
+    /// `--upstream-metric-names` (or `TOLLGATE_UPSTREAM_METRIC_NAMES=true`, or
+    /// `PROMETHEUS_ADDR` unless that variable says false): also envoyproxy/ratelimit's
+    /// Prometheus names.
     pub metric_names: MetricNames,
+    /// `PROMETHEUS_ADDR` with metrics on: the same text on a second listener.
+    pub prometheus: Option<PrometheusListener>,
     /// `None`: no traces.
     pub tracing: Option<TracingSettings>,
 }
@@ -35,6 +53,7 @@ impl Default for Observability {
             metrics: true,
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             metric_names: MetricNames::Tollgate,
+            prometheus: None,
             tracing: None,
         }
     }
@@ -65,8 +84,18 @@ pub fn resolve(
         })?,
         None => DEFAULT_NEAR_LIMIT_RATIO,
     };
-    let upstream_names =
-        flags.upstream_metric_names || boolean("TOLLGATE_UPSTREAM_METRIC_NAMES")?.unwrap_or(false);
+    // Like envoyproxy/ratelimit, which opens PROMETHEUS_ADDR only with USE_PROMETHEUS.
+    let prometheus = match var("PROMETHEUS_ADDR") {
+        Some(addr) if metrics => Some(PrometheusListener {
+            addr: go_listen_address("PROMETHEUS_ADDR", &addr)?,
+            path: prometheus_path(var("PROMETHEUS_PATH"))?,
+        }),
+        _ => None,
+    };
+    // Whoever sets PROMETHEUS_ADDR runs upstream's setup (Envoy Gateway does) and
+    // scrapes upstream's names there; the variable can still say no.
+    let upstream_names = flags.upstream_metric_names
+        || boolean("TOLLGATE_UPSTREAM_METRIC_NAMES")?.unwrap_or(prometheus.is_some());
     Ok(Observability {
         metrics,
         near_limit_ratio,
@@ -75,8 +104,36 @@ pub fn resolve(
         } else {
             MetricNames::Tollgate
         },
+        prometheus,
         tracing: tracing(var, boolean)?,
     })
+}
+
+/// A Go listen address as `net.Listen` takes it: `:19001` (every interface),
+/// `host:19001` or `[::1]:19001`.
+fn go_listen_address(name: &str, text: &str) -> Result<SocketAddr, Error> {
+    let text = text.trim();
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_owned(),
+    };
+    full.to_socket_addrs()
+        .map_err(|e| Error::Settings(format!("{name}: cannot use '{text}': {e}")))?
+        .next()
+        .ok_or_else(|| Error::Settings(format!("{name}: '{text}' resolves to no address")))
+}
+
+fn prometheus_path(path: Option<String>) -> Result<String, Error> {
+    let path = path.map_or_else(
+        || DEFAULT_PROMETHEUS_PATH.to_owned(),
+        |p| p.trim().to_owned(),
+    );
+    if !path.starts_with('/') || path.contains(char::is_whitespace) {
+        return Err(Error::Settings(format!(
+            "PROMETHEUS_PATH: '{path}' is not a URL path (it starts with '/')"
+        )));
+    }
+    Ok(path)
 }
 
 /// A number from 0 to 1.
@@ -180,6 +237,33 @@ mod tests {
             err.to_string().contains("TOLLGATE_UPSTREAM_METRIC_NAMES"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn prometheus_addr_opens_a_listener_with_upstream_names_unless_metrics_are_off() {
+        let o = resolve_with(&[("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", ":19001")]).unwrap();
+        let listener = o.prometheus.unwrap();
+        assert_eq!(listener.addr, "0.0.0.0:19001".parse().unwrap());
+        assert_eq!(listener.path, "/metrics");
+        assert_eq!(o.metric_names, MetricNames::AlsoUpstream);
+
+        let o = resolve_with(&[
+            ("PROMETHEUS_ADDR", "127.0.0.1:9090"),
+            ("PROMETHEUS_PATH", "/stats/prometheus"),
+            ("TOLLGATE_UPSTREAM_METRIC_NAMES", "false"),
+        ])
+        .unwrap();
+        let listener = o.prometheus.unwrap();
+        assert_eq!(listener.addr, "127.0.0.1:9090".parse().unwrap());
+        assert_eq!(listener.path, "/stats/prometheus");
+        assert_eq!(o.metric_names, MetricNames::Tollgate);
+
+        let off = resolve_with(&[("USE_PROMETHEUS", "false"), ("PROMETHEUS_ADDR", ":19001")]);
+        assert_eq!(off.unwrap().prometheus, None);
+        for (name, value) in [("PROMETHEUS_ADDR", ":port"), ("PROMETHEUS_PATH", "metrics")] {
+            let err = resolve_with(&[("PROMETHEUS_ADDR", ":19001"), (name, value)]).unwrap_err();
+            assert!(err.to_string().contains(name), "{err}");
+        }
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! `GRPC_SERVER_USE_TLS`, `GRPC_SERVER_TLS_CERT`, `GRPC_SERVER_TLS_KEY`,
 //! `GRPC_CLIENT_TLS_CACERT` (a client CA turns on mTLS: every client must present a
 //! certificate it signed) and `GRPC_CLIENT_TLS_SAN` (the name a client certificate
-//! must carry). Only paths are resolved here; `server::tls` reads the files.
+//! must carry). Envoy Gateway names the client CA `GRPC_SERVER_TLS_CA_CERT`, which
+//! envoyproxy/ratelimit never reads; both names are honoured here. Only paths are
+//! resolved here; `server::tls` reads the files.
 
 use std::path::PathBuf;
 
@@ -61,7 +63,10 @@ pub(super) fn grpc_tls(
                 .into(),
         )
     })?;
-    let client_ca = path(&flags.grpc_tls_client_ca, "GRPC_CLIENT_TLS_CACERT");
+    let client_ca = match flags.grpc_tls_client_ca.clone() {
+        Some(flag) => Some(flag),
+        None => client_ca_variable(var)?,
+    };
     let client_san = flags
         .grpc_tls_client_san
         .clone()
@@ -70,7 +75,8 @@ pub(super) fn grpc_tls(
     if client_san.is_some() && client_ca.is_none() {
         return Err(Error::Settings(
             "GRPC_CLIENT_TLS_SAN / --grpc-tls-client-san needs a client CA \
-             (GRPC_CLIENT_TLS_CACERT / --grpc-tls-client-ca): without one no client \
+             (GRPC_CLIENT_TLS_CACERT or GRPC_SERVER_TLS_CA_CERT / --grpc-tls-client-ca): \
+             without one no client \
              certificate is asked for"
                 .into(),
         ));
@@ -81,6 +87,25 @@ pub(super) fn grpc_tls(
         client_ca,
         client_san,
     }))
+}
+
+/// `GRPC_CLIENT_TLS_CACERT` (envoyproxy/ratelimit's name) or `GRPC_SERVER_TLS_CA_CERT`
+/// (Envoy Gateway's). Envoy Gateway's proxies present a client certificate from the
+/// same CA, so honouring its name turns on the mTLS it asks for without refusing them.
+/// Two different files are refused rather than one chosen silently: the set of trusted
+/// clients must not depend on which name wins.
+fn client_ca_variable(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<PathBuf>, Error> {
+    match (
+        var("GRPC_CLIENT_TLS_CACERT"),
+        var("GRPC_SERVER_TLS_CA_CERT"),
+    ) {
+        (Some(a), Some(b)) if a.trim() != b.trim() => Err(Error::Settings(format!(
+            "GRPC_CLIENT_TLS_CACERT ('{a}') and GRPC_SERVER_TLS_CA_CERT ('{b}') both name \
+             the client CA but differ: set one"
+        ))),
+        (Some(path), _) | (None, Some(path)) => Ok(Some(PathBuf::from(path.trim()))),
+        (None, None) => Ok(None),
+    }
 }
 
 #[cfg(test)]
@@ -128,6 +153,34 @@ mod tests {
         assert_eq!(tls.key, PathBuf::from("/certs/tls.key"));
         assert_eq!(tls.client_ca, Some(PathBuf::from("/certs/ca.crt")));
         assert_eq!(tls.client_san.as_deref(), Some("envoy.internal"));
+    }
+
+    #[test]
+    fn envoy_gateways_ca_variable_turns_on_mtls_too() {
+        let base = [
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+            ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+        ];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let pairs: Vec<_> = base.iter().chain(extra).copied().collect();
+            resolve(&ServeFlags::default(), &pairs)
+        };
+        let tls = with(&[("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt")]);
+        let ca = tls.unwrap().unwrap().client_ca;
+        assert_eq!(ca, Some(PathBuf::from("/certs/ca.crt")));
+        let same = with(&[
+            ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+            ("GRPC_CLIENT_TLS_CACERT", "/certs/ca.crt"),
+        ]);
+        let ca = same.unwrap().unwrap().client_ca;
+        assert_eq!(ca, Some(PathBuf::from("/certs/ca.crt")));
+        let differ = with(&[
+            ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+            ("GRPC_CLIENT_TLS_CACERT", "/other/ca.crt"),
+        ]);
+        let err = differ.unwrap_err().to_string();
+        assert!(err.contains("GRPC_SERVER_TLS_CA_CERT"), "{err}");
     }
 
     #[test]
