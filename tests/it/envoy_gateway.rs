@@ -1,0 +1,347 @@
+//! tollgate run the way Envoy Gateway runs envoyproxy/ratelimit: its binary named
+//! `/bin/ratelimit` started with no arguments, the exact environment of Envoy
+//! Gateway's generated ratelimit Deployment (only addresses and file locations moved
+//! into a temporary directory), mTLS on the gRPC port with certificates from one CA,
+//! Redis from the harness. Checked: the Deployment's startup, readiness and liveness
+//! probes pass within their timeouts, a client without a certificate is refused,
+//! ShouldRateLimit counts on Envoy-Gateway-shaped domains and keys, the metrics
+//! listener (`PROMETHEUS_ADDR`) serves the series Envoy Gateway's dashboard queries,
+//! `/rlconfig` answers on the debug port (where `egctl` reads it), and nothing is
+//! open for writing (the Deployment's root filesystem is read-only).
+
+use crate::common;
+use crate::common::tls_certs::{Leaf, TestCa, write};
+use crate::metrics::value;
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::process::{DEADLINE, Server};
+use common::server::{descriptor, request};
+use tollgate::proto::RateLimitServiceClient;
+use tollgate::proto::rate_limit_response::Code;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+/// The container's `env`, in order, as Envoy Gateway generates it
+/// (envoyproxy/gateway internal/infrastructure/kubernetes/ratelimit/testdata/
+/// deployments/default.yaml, commit d32f282; `resource.go` builds it).
+const DEPLOYMENT_ENV: &[(&str, &str)] = &[
+    ("RUNTIME_ROOT", "/data"),
+    ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+    ("RUNTIME_IGNOREDOTFILES", "true"),
+    ("RUNTIME_WATCH_ROOT", "false"),
+    ("LOG_LEVEL", "info"),
+    ("USE_STATSD", "false"),
+    ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+    ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+    ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+    ("GRPC_SERVER_USE_TLS", "true"),
+    ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+    ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+    ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+    ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+    ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+    ("REDIS_SOCKET_TYPE", "tcp"),
+    ("REDIS_URL", "redis.redis.svc:6379"),
+    ("USE_PROMETHEUS", "true"),
+    ("PROMETHEUS_ADDR", ":19001"),
+    ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
+];
+
+/// One `httpGet` probe of the Deployment: every one asks `GET /healthcheck` on 8080.
+struct Probe {
+    name: &'static str,
+    period: Duration,
+    timeout: Duration,
+    failure_threshold: u32,
+}
+
+/// The Deployment's probes, as generated (same file).
+const PROBES: [Probe; 3] = [
+    Probe {
+        name: "startupProbe",
+        period: Duration::from_secs(10),
+        timeout: Duration::from_secs(1),
+        failure_threshold: 30,
+    },
+    Probe {
+        name: "readinessProbe",
+        period: Duration::from_secs(5),
+        timeout: Duration::from_secs(1),
+        failure_threshold: 1,
+    },
+    Probe {
+        name: "livenessProbe",
+        period: Duration::from_secs(10),
+        timeout: Duration::from_secs(1),
+        failure_threshold: 3,
+    },
+];
+const PROBE_PATH: &str = "/healthcheck";
+
+/// A domain and keys as Envoy Gateway's translator names them (listener, route rule,
+/// match), and the metric labels upstream's mapper gives them.
+const DOMAIN: &str = "default/eg/http";
+const ROUTE: &str = "httproute/default/backend/rule/0";
+const MATCH: &str = "rule-0-match-0";
+const LIMIT: u32 = 3;
+
+fn limits_yaml() -> String {
+    format!(
+        "domain: {DOMAIN}\ndescriptors:\n  - key: {ROUTE}\n    value: {ROUTE}\n    descriptors:\n      - key: {MATCH}\n        value: {MATCH}\n        rate_limit: {{unit: minute, requests_per_unit: {LIMIT}}}\n"
+    )
+}
+
+/// `GET path` on 127.0.0.1:port within `timeout`: the status code and the body.
+fn get(port: u16, path: &str, timeout: Duration) -> Result<(u16, String), String> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(timeout)).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).map_err(|e| e.to_string())?;
+    let (head, body) = raw.split_once("\r\n\r\n").ok_or("no header end")?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("bad status line: {head}"))?;
+    Ok((code, body.to_owned()))
+}
+
+/// Four distinct ports nobody listens on (bound together, noted, released).
+fn four_free_ports() -> [u16; 4] {
+    let bound: Vec<_> = (0..4)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
+        .collect();
+    std::array::from_fn(|i| bound[i].local_addr().expect("bound").port())
+}
+
+/// One probe as the kubelet runs it: passes on 2xx/3xx within the probe's timeout.
+fn probe(port: u16, probe: &Probe) -> Result<(), String> {
+    let started = Instant::now();
+    let (code, body) = get(port, PROBE_PATH, probe.timeout)?;
+    let took = started.elapsed();
+    if !(200..400).contains(&code) || took > probe.timeout {
+        return Err(format!("{} got {code} in {took:?}: {body}", probe.name));
+    }
+    Ok(())
+}
+
+/// ShouldRateLimit over mTLS as Envoy sends it (its client certificate from the same
+/// CA); the overall code.
+async fn call(port: u16, ca: &TestCa, identity: Option<&Leaf>) -> Result<Code, String> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca.cert_pem()))
+        .domain_name("localhost");
+    if let Some(leaf) = identity {
+        tls = tls.identity(Identity::from_pem(&leaf.cert_pem, &leaf.key_pem));
+    }
+    let endpoint = Channel::from_shared(format!("https://127.0.0.1:{port}"))
+        .unwrap()
+        .tls_config(tls)
+        .map_err(|e| format!("tls config: {e}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5));
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e:?}"))?;
+    let entries = [(ROUTE, ROUTE), (MATCH, MATCH)];
+    let response = RateLimitServiceClient::new(channel)
+        .should_rate_limit(request(DOMAIN, vec![descriptor(&entries)]))
+        .await
+        .map_err(|s| format!("call: {s}"))?;
+    Code::try_from(response.into_inner().overall_code).map_err(|e| e.to_string())
+}
+
+/// Regular files the process holds open for writing, but its stdin, stdout and stderr.
+fn files_open_for_writing(pid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
+        let Ok(target) = fs::read_link(entry.path()) else {
+            continue;
+        };
+        let fd = entry.file_name().into_string().unwrap();
+        if ["0", "1", "2"].contains(&fd.as_str())
+            || !target.is_absolute()
+            || target.starts_with("/dev")
+        {
+            continue;
+        }
+        let info = fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+            .unwrap_or(0);
+        // O_WRONLY or O_RDWR.
+        if flags & 0o3 != 0 {
+            found.push(target.display().to_string());
+        }
+    }
+    found
+}
+
+#[test]
+fn tollgate_runs_as_envoy_gateways_ratelimit_deployment() {
+    let redis = common::redis::standalone();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+
+    // The image's /bin/ratelimit: this build under that name.
+    let bin = root.join("bin");
+    fs::create_dir(&bin).unwrap();
+    let ratelimit = bin.join("ratelimit");
+    symlink(env!("CARGO_BIN_EXE_tollgate"), &ratelimit).unwrap();
+
+    // The `certs` Secret mount: one CA signs the server's and Envoy's certificates.
+    let ca = TestCa::new("envoy-gateway test CA");
+    let certs = root.join("certs");
+    fs::create_dir(&certs).unwrap();
+    let server = ca.server();
+    let cert = write(&certs, "tls.crt", &server.cert_pem);
+    let key = write(&certs, "tls.key", &server.key_pem);
+    let ca_file = write(&certs, "ca.crt", &ca.cert_pem());
+    let envoy = ca.client(&["envoy"]);
+
+    // Until xDS lands: the limits Envoy Gateway would serve, as a file.
+    let config = root.join("data/ratelimit/config");
+    fs::create_dir_all(&config).unwrap();
+    fs::write(config.join("limits.yaml"), limits_yaml()).unwrap();
+
+    // The working directory stands in for the read-only root filesystem.
+    let workdir = root.join("workdir");
+    fs::create_dir(&workdir).unwrap();
+    fs::set_permissions(&workdir, fs::Permissions::from_mode(0o555)).unwrap();
+
+    let [grpc, http, debug, metrics] = four_free_ports();
+    let prefix = common::redis::unique_prefix("envoy_gateway");
+    let path = |p: &Path| p.display().to_string();
+    // What this test changes in DEPLOYMENT_ENV, and why; every other variable is as
+    // generated. Free ports instead of 8081/8080/6070/19001 (tests run in parallel),
+    // the temporary directory instead of the Secret mount under /certs, the harness's
+    // Redis, and a key prefix (tests isolate by prefix).
+    //
+    // XDS: once `CONFIG_TYPE=GRPC_XDS_SOTW` is served, the integrator deletes the two
+    // lines marked XDS-FILE (then RUNTIME_ROOT=/data is never read) and points
+    // CONFIG_GRPC_XDS_SERVER_URL at the test's control plane (the line marked
+    // XDS-URL), which then serves `limits_yaml()`'s limits as a RateLimitConfig.
+    let overrides: Vec<(&str, String)> = vec![
+        ("CONFIG_TYPE", "FILE".into()),                       // XDS-FILE
+        ("RUNTIME_ROOT", path(&root.join("data"))),           // XDS-FILE
+        ("CONFIG_GRPC_XDS_SERVER_URL", "127.0.0.1:1".into()), // XDS-URL
+        ("GRPC_SERVER_TLS_CERT", path(&cert)),
+        ("GRPC_SERVER_TLS_KEY", path(&key)),
+        ("GRPC_SERVER_TLS_CA_CERT", path(&ca_file)),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", path(&cert)),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", path(&key)),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", path(&ca_file)),
+        ("REDIS_URL", redis.addr()),
+        ("PROMETHEUS_ADDR", format!(":{metrics}")),
+        ("GRPC_HOST", "127.0.0.1".into()),
+        ("GRPC_PORT", grpc.to_string()),
+        ("HOST", "127.0.0.1".into()),
+        ("PORT", http.to_string()),
+        ("DEBUG_HOST", "127.0.0.1".into()),
+        ("DEBUG_PORT", debug.to_string()),
+        ("CACHE_KEY_PREFIX", prefix),
+    ];
+    let mut command = Command::new(&ratelimit);
+    command.env_clear().current_dir(&workdir);
+    for (name, value) in DEPLOYMENT_ENV {
+        match overrides.iter().find(|(n, _)| n == name) {
+            Some((_, moved)) => command.env(name, moved),
+            None => command.env(name, value),
+        };
+    }
+    for (name, value) in &overrides {
+        if !DEPLOYMENT_ENV.iter().any(|(n, _)| n == name) {
+            command.env(name, value);
+        }
+    }
+    let mut server = Server::spawn(command);
+
+    // startupProbe: the pod may take failureThreshold x period; tollgate must be far
+    // quicker (bounded by the harness's deadline).
+    let startup = &PROBES[0];
+    assert!(startup.period * startup.failure_threshold >= DEADLINE);
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            panic!("ratelimit exited with {status}:\n{}", server.log());
+        }
+        match probe(http, startup) {
+            Ok(()) => break,
+            Err(e) if Instant::now() > deadline => panic!("{e}\n{}", server.log()),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let refused = runtime.block_on(call(grpc, &ca, None));
+    assert!(
+        refused.is_err(),
+        "mTLS: a client without a certificate was served: {refused:?}"
+    );
+    // Readiness (failureThreshold 1) and liveness must pass between every call.
+    let mut codes = Vec::new();
+    for _ in 0..=LIMIT {
+        let code = runtime.block_on(call(grpc, &ca, Some(&envoy)));
+        codes.push(code.unwrap_or_else(|e| panic!("{e}\n{}", server.log())));
+        for p in &PROBES[1..] {
+            probe(http, p).unwrap_or_else(|e| panic!("{e}\n{}", server.log()));
+        }
+    }
+    let mut expected = vec![Code::Ok; LIMIT as usize];
+    expected.push(Code::OverLimit);
+    assert_eq!(codes, expected);
+
+    // The metrics port Envoy Gateway scrapes and its dashboard's series.
+    let (code, text) = get(metrics, "/metrics", Duration::from_secs(5)).unwrap();
+    assert_eq!(code, 200, "{text}");
+    let labels =
+        format!("{{domain=\"{DOMAIN}\",key1=\"{ROUTE}_{ROUTE}\",key2=\"{MATCH}_{MATCH}\"}}");
+    let series = |stat: &str| {
+        value(
+            &text,
+            &format!("ratelimit_service_rate_limit_{stat}{labels}"),
+        )
+    };
+    assert_eq!(series("total_hits"), f64::from(LIMIT + 1), "{text}");
+    assert_eq!(series("within_limit"), f64::from(LIMIT), "{text}");
+    assert_eq!(series("over_limit"), 1.0, "{text}");
+    assert!(text.contains("\nprocess_resident_memory_bytes "), "{text}");
+    assert_eq!(
+        get(metrics, "/rlconfig", Duration::from_secs(5)).unwrap().0,
+        404
+    );
+
+    // egctl's view: /rlconfig on the debug port, off the probed port.
+    let (code, rlconfig) = get(debug, "/rlconfig", Duration::from_secs(5)).unwrap();
+    assert_eq!(code, 200, "{rlconfig}");
+    assert!(rlconfig.contains(DOMAIN), "{rlconfig}");
+    assert_eq!(
+        get(http, "/rlconfig", Duration::from_secs(5)).unwrap().0,
+        404
+    );
+
+    let writing = files_open_for_writing(server.child.id());
+    assert!(writing.is_empty(), "files open for writing: {writing:?}");
+    assert_eq!(fs::read_dir(&workdir).unwrap().count(), 0);
+
+    let status = server.terminate();
+    assert!(status.success(), "exit after SIGTERM: {status}");
+}
