@@ -11,6 +11,12 @@
 # plain `serve` (deploy/kubernetes/deployment.yaml). Debian rather than distroless:
 # the Kubernetes preStop hook runs `sleep`, and docker-compose.yml's healthcheck asks
 # GET /healthcheck with bash's /dev/tcp (there is no curl or wget here).
+#
+# Envoy Gateway (and envoyproxy/ratelimit's own manifests) run `/bin/ratelimit` with
+# no arguments, as uid 65534 on a read-only root filesystem: /bin/ratelimit is a
+# symlink to tollgate, which under that name with no subcommand serves as upstream's
+# binary does (settings from the environment, debug port 6070 on). Nothing is written
+# at run time, and every file here is readable by any uid (docs/envoy-gateway.md).
 
 ARG RUST_VERSION=1
 
@@ -28,11 +34,15 @@ RUN groupadd --system --gid 10001 tollgate \
     && useradd --system --uid 10001 --gid tollgate --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin tollgate
 COPY --from=build /out/tollgate /usr/local/bin/tollgate
+# The path Envoy Gateway's Deployment runs (on bookworm's merged /usr, /usr/bin too).
+RUN ln -s /usr/local/bin/tollgate /bin/ratelimit
 COPY config/ /srv/tollgate/config/
 WORKDIR /srv/tollgate
 USER 10001:10001
 # gRPC (RateLimitService, grpc.health.v1, reflection) and HTTP (/healthcheck, /json,
 # /metrics, /rlconfig, /config.json); docs/operations.md says how to restrict them.
+# As /bin/ratelimit also the debug port 6070 (/rlconfig, /config.json), and with
+# PROMETHEUS_ADDR (Envoy Gateway: :19001) a metrics port of its own.
 EXPOSE 8081 8080
 ENTRYPOINT ["/usr/local/bin/tollgate"]
 CMD ["serve", "--config", "/srv/tollgate/config"]

@@ -345,3 +345,36 @@ fn tollgate_runs_as_envoy_gateways_ratelimit_deployment() {
     let status = server.terminate();
     assert!(status.success(), "exit after SIGTERM: {status}");
 }
+
+/// The image's side of the contract, read from the Dockerfile (no image is built
+/// here): the runtime stage links `/bin/ratelimit` to the binary its ENTRYPOINT runs,
+/// runs as a non-root user, and writes nothing at run time (no VOLUME to fill).
+#[test]
+fn the_image_runs_tollgate_as_bin_ratelimit() {
+    let text = fs::read_to_string(common::process::root().join("Dockerfile")).unwrap();
+    let runtime: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| !l.starts_with("FROM debian"))
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let entrypoint = runtime
+        .iter()
+        .find_map(|l| l.strip_prefix("ENTRYPOINT [\""))
+        .and_then(|l| l.split('"').next())
+        .expect("an ENTRYPOINT in exec form");
+    let link = format!("RUN ln -s {entrypoint} /bin/ratelimit");
+    assert!(
+        runtime.contains(&link.as_str()),
+        "{link} missing:\n{runtime:#?}"
+    );
+    let user = runtime
+        .iter()
+        .find_map(|l| l.strip_prefix("USER "))
+        .unwrap();
+    assert!(
+        !user.starts_with('0') && !user.starts_with("root"),
+        "{user}"
+    );
+    assert!(!runtime.iter().any(|l| l.starts_with("VOLUME")));
+}
