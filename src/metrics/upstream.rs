@@ -1,6 +1,7 @@
 //! envoyproxy/ratelimit's Prometheus names, exported beside tollgate's own when
-//! `--upstream-metric-names` asks for them, so dashboards and alerts written for it
-//! (Envoy Gateway's read `ratelimit_service_rate_limit_*`) keep working unchanged.
+//! `--upstream-metric-names` asks for them (or `PROMETHEUS_ADDR` is set, as Envoy
+//! Gateway sets it), so dashboards and alerts written for it (Envoy Gateway's read
+//! `ratelimit_service_rate_limit_*`) keep working unchanged.
 //!
 //! Upstream emits statsd names and maps them with its `default_mapper.yaml`: the
 //! per-limit stat `ratelimit.service.rate_limit.<domain>.<key1>[.<key2>...].<stat>`
