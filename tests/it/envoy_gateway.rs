@@ -216,6 +216,12 @@ fn tollgate_runs_as_envoy_gateways_ratelimit_deployment() {
     let key = write(&certs, "tls.key", &server.key_pem);
     let ca_file = write(&certs, "ca.crt", &ca.cert_pem());
     let envoy = ca.client(&["envoy"]);
+    // Envoy Gateway's tls.crt serves both as the gRPC server's certificate and as the
+    // xDS client's (its certgen gives it both usages); the harness's CA makes one usage
+    // per leaf, so the xDS client gets a leaf of its own from the same CA.
+    let xds_client = ca.client(&["envoy-ratelimit"]);
+    let xds_cert = write(&certs, "xds-client.crt", &xds_client.cert_pem);
+    let xds_key = write(&certs, "xds-client.key", &xds_client.key_pem);
 
     // Until xDS lands: the limits Envoy Gateway would serve, as a file.
     let config = root.join("data/ratelimit/config");
@@ -236,9 +242,12 @@ fn tollgate_runs_as_envoy_gateways_ratelimit_deployment() {
     // Redis, and a key prefix (tests isolate by prefix).
     //
     // XDS: once `CONFIG_TYPE=GRPC_XDS_SOTW` is served, the integrator deletes the two
-    // lines marked XDS-FILE (then RUNTIME_ROOT=/data is never read) and points
-    // CONFIG_GRPC_XDS_SERVER_URL at the test's control plane (the line marked
-    // XDS-URL), which then serves `limits_yaml()`'s limits as a RateLimitConfig.
+    // lines marked XDS-FILE (then RUNTIME_ROOT=/data is never read and the file under
+    // data/ goes unused) and points CONFIG_GRPC_XDS_SERVER_URL at the test's control
+    // plane (the line marked XDS-URL), which serves `limits_yaml()`'s limits as a
+    // RateLimitConfig over TLS with `ca.server()`'s certificate, trusting `ca` for the
+    // client. The calls below wait until /rlconfig shows the domain, so an xDS config
+    // arriving after start-up (FORCE_START_WITHOUT_INITIAL_CONFIG) is waited for.
     let overrides: Vec<(&str, String)> = vec![
         ("CONFIG_TYPE", "FILE".into()),                       // XDS-FILE
         ("RUNTIME_ROOT", path(&root.join("data"))),           // XDS-FILE
@@ -246,8 +255,8 @@ fn tollgate_runs_as_envoy_gateways_ratelimit_deployment() {
         ("GRPC_SERVER_TLS_CERT", path(&cert)),
         ("GRPC_SERVER_TLS_KEY", path(&key)),
         ("GRPC_SERVER_TLS_CA_CERT", path(&ca_file)),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", path(&cert)),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", path(&key)),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", path(&xds_cert)),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", path(&xds_key)),
         ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", path(&ca_file)),
         ("REDIS_URL", redis.addr()),
         ("PROMETHEUS_ADDR", format!(":{metrics}")),
@@ -290,6 +299,27 @@ fn tollgate_runs_as_envoy_gateways_ratelimit_deployment() {
         }
     }
 
+    // The limits are served before anything is counted (egctl's view of them, on the
+    // debug port and not on the probed one).
+    let deadline = Instant::now() + DEADLINE;
+    let rlconfig = loop {
+        let (code, body) = get(debug, "/rlconfig", Duration::from_secs(5)).unwrap();
+        if code == 200 && body.contains(DOMAIN) {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{code}: {body}\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(rlconfig.contains(MATCH), "{rlconfig}");
+    assert_eq!(
+        get(http, "/rlconfig", Duration::from_secs(5)).unwrap().0,
+        404
+    );
+
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let refused = runtime.block_on(call(grpc, &ca, None));
     assert!(
@@ -326,15 +356,6 @@ fn tollgate_runs_as_envoy_gateways_ratelimit_deployment() {
     assert!(text.contains("\nprocess_resident_memory_bytes "), "{text}");
     assert_eq!(
         get(metrics, "/rlconfig", Duration::from_secs(5)).unwrap().0,
-        404
-    );
-
-    // egctl's view: /rlconfig on the debug port, off the probed port.
-    let (code, rlconfig) = get(debug, "/rlconfig", Duration::from_secs(5)).unwrap();
-    assert_eq!(code, 200, "{rlconfig}");
-    assert!(rlconfig.contains(DOMAIN), "{rlconfig}");
-    assert_eq!(
-        get(http, "/rlconfig", Duration::from_secs(5)).unwrap().0,
         404
     );
 
