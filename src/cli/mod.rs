@@ -98,7 +98,8 @@ pub fn args(
         Cli::command()
             .get_subcommands()
             .any(|c| c.get_name() == first || c.get_all_aliases().any(|a| a == first))
-            || first == "help"
+            // clap's own: `help`, and the top-level version flags.
+            || ["help", "-V", "--version"].contains(&first)
     });
     if !as_upstream || subcommand {
         return args;
@@ -172,6 +173,7 @@ mod tests {
             ["ratelimit", "validate", "x"]
         );
         assert_eq!(parsed(&["ratelimit", "help"], &[]), ["ratelimit", "help"]);
+        assert_eq!(parsed(&["ratelimit", "-V"], &[]), ["ratelimit", "-V"]);
         assert_eq!(parsed(&["/usr/bin/tollgate"], &[]), ["/usr/bin/tollgate"]);
         assert_eq!(parsed(&["tollgate", "serve"], &[]), ["tollgate", "serve"]);
         assert!(parsed(&[], &[]).is_empty());
