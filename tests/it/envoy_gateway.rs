@@ -1,8 +1,8 @@
 //! tollgate run the way Envoy Gateway runs envoyproxy/ratelimit: its binary named
 //! `/bin/ratelimit` started with no arguments, the exact environment of Envoy
 //! Gateway's generated ratelimit Deployment (only addresses and file locations moved
-//! into a temporary directory), mTLS on the gRPC port with certificates from one CA,
-//! Redis from the harness. Checked: the Deployment's startup, readiness and liveness
+//! into a temporary directory), as uid 65534 (when the test runs as root), mTLS on the
+//! gRPC port with certificates from one CA, Redis from the harness. Checked: the Deployment's startup, readiness and liveness
 //! probes pass within their timeouts, a client without a certificate is refused,
 //! ShouldRateLimit counts on Envoy-Gateway-shaped domains and keys, the metrics
 //! listener (`PROMETHEUS_ADDR`) serves the series Envoy Gateway's dashboard queries,
@@ -16,7 +16,8 @@ use crate::metrics::value;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -55,6 +56,9 @@ const DEPLOYMENT_ENV: &[(&str, &str)] = &[
     ("PROMETHEUS_ADDR", ":19001"),
     ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
 ];
+
+/// The Deployment's `runAsUser` and `runAsGroup`.
+const NOBODY: u32 = 65534;
 
 /// One `httpGet` probe of the Deployment: every one asks `GET /healthcheck` on 8080.
 struct Probe {
@@ -200,6 +204,11 @@ fn tollgate_runs_as_envoy_gateways_ratelimit_deployment() {
     let redis = common::redis::standalone();
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
+    // The Deployment's uid and gid (runAsUser/runAsGroup 65534), taken when the test
+    // runs as root; any other test user is not root either.
+    let as_root = fs::metadata("/proc/self").unwrap().uid() == 0;
+    // A Secret mounted with defaultMode 420 is readable by that uid; so is this tree.
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
 
     // The image's /bin/ratelimit: this build under that name.
     let bin = root.join("bin");
@@ -270,6 +279,9 @@ fn tollgate_runs_as_envoy_gateways_ratelimit_deployment() {
     ];
     let mut command = Command::new(&ratelimit);
     command.env_clear().current_dir(&workdir);
+    if as_root {
+        command.uid(NOBODY).gid(NOBODY);
+    }
     for (name, value) in DEPLOYMENT_ENV {
         match overrides.iter().find(|(n, _)| n == name) {
             Some((_, moved)) => command.env(name, moved),
@@ -359,7 +371,13 @@ fn tollgate_runs_as_envoy_gateways_ratelimit_deployment() {
         404
     );
 
-    let writing = files_open_for_writing(server.child.id());
+    let pid = server.child.id();
+    let uid = fs::metadata(format!("/proc/{pid}")).unwrap().uid();
+    assert_ne!(uid, 0, "runs as root");
+    if as_root {
+        assert_eq!(uid, NOBODY);
+    }
+    let writing = files_open_for_writing(pid);
     assert!(writing.is_empty(), "files open for writing: {writing:?}");
     assert_eq!(fs::read_dir(&workdir).unwrap().count(), 0);
 
