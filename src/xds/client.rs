@@ -235,7 +235,7 @@ fn warn_failure(event: &'static str, error: &XdsError, wait: std::time::Duration
             server = url,
             error = %error,
             retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-            "xDS control plane unavailable; serving the last config"
+            "xDS control plane unavailable; retrying, the served config stays"
         );
     }
 }
