@@ -1,6 +1,7 @@
 //! The pieces of the xDS suite: our own control plane (`tests/python/ads_server.py`,
 //! grpcio, sharing no code with tollgate's client) as a child process driven by JSON
-//! lines, `tollgate serve` configured over xDS, and a gRPC caller.
+//! lines, `tollgate serve` configured over xDS, and a gRPC caller. The end-to-end
+//! binary (`tests/e2e/e2e_xds.rs`) uses it too.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -234,19 +235,32 @@ impl Caller {
     }
 }
 
-/// The body of `GET path` on the HTTP port (`/healthcheck`, `/config.json`, `/metrics`).
+/// The body of `GET path` on the HTTP port (`/healthcheck`, `/config.json`, `/metrics`);
+/// empty when nothing listens there (yet).
 pub fn http_get(port: u16, path: &str) -> String {
-    crate::reload::http_get(port, path)
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut response = String::new();
+    if stream.write_all(request.as_bytes()).is_err()
+        || stream.read_to_string(&mut response).is_err()
+    {
+        return String::new();
+    }
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
 }
 
-/// Waits until `/healthcheck` says OK (or fails after [`WAIT`]); a port not bound yet
-/// is not healthy yet.
+/// Waits until `/healthcheck` says OK (or fails after [`WAIT`]).
 pub fn wait_healthy(server: &Server, http: u16) {
     let deadline = Instant::now() + WAIT;
     while Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", http)).is_ok()
-            && http_get(http, "/healthcheck").starts_with("OK")
-        {
+        if http_get(http, "/healthcheck").starts_with("OK") {
             return;
         }
         std::thread::sleep(Duration::from_millis(20));
