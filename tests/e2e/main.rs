@@ -1,7 +1,8 @@
 //! End to end with the programs of the Python venv that `scripts/bootstrap` builds:
 //! Envoy (`TOLLGATE_ENVOY`; `e2e_envoy`, `e2e_answers`, on the stack of [`stack`]) and
-//! the independent grpcio client (`TOLLGATE_PYTHON`; `interop_python`), and Envoy with
-//! limits served over xDS by our Python control plane (`e2e_xds`). Its own binary
+//! the independent grpcio client (`TOLLGATE_PYTHON`; `interop_python`), and our Python
+//! xDS control plane (`xds_plane`), serving limits to `tollgate serve` (`xds_sotw`) and
+//! through it to Envoy (`e2e_xds`). Its own binary
 //! so that the main one (`tests/it`) needs nothing but Rust and redis-server, and so
 //! that the Envoy stacks (Envoy, two `tollgate serve` replicas and the echo upstream
 //! each) with their minute-aligned waits do not hold the main binary's test threads.
@@ -13,12 +14,10 @@
 #[path = "../it/common/mod.rs"]
 mod common;
 mod stack;
-// The xDS suite's control plane and launcher, shared with the main binary.
-#[allow(dead_code)]
-#[path = "../it/xds_plane.rs"]
-mod xds_plane;
 
 mod e2e_answers;
 mod e2e_envoy;
 mod e2e_xds;
 mod interop_python;
+mod xds_plane;
+mod xds_sotw;

@@ -60,5 +60,3 @@ mod tracing_b3;
 mod tracing_otlp;
 mod upstream_metrics;
 mod upstream_schema;
-mod xds;
-mod xds_plane;

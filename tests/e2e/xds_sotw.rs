@@ -1,5 +1,5 @@
 //! Limits over xDS (`CONFIG_TYPE=GRPC_XDS_SOTW`) against our own control plane
-//! (`xds_plane`): the first config and its ACK, health before and after it (with and
+//! ([`crate::xds_plane`]): the first config and its ACK, health before and after it (with and
 //! without `FORCE_START_WITHOUT_INITIAL_CONFIG`), updates under traffic, a NACKed
 //! update while the old limits answer, a control plane that restarts, and mTLS.
 

@@ -1,7 +1,7 @@
-//! The pieces of the xDS suite: our own control plane (`tests/python/ads_server.py`,
+//! The pieces of the xDS suites: our own control plane (`tests/python/ads_server.py`,
 //! grpcio, sharing no code with tollgate's client) as a child process driven by JSON
-//! lines, `tollgate serve` configured over xDS, and a gRPC caller. The end-to-end
-//! binary (`tests/e2e/e2e_xds.rs`) uses it too.
+//! lines, `tollgate serve` configured over xDS, and a gRPC caller. Used by `xds_sotw`
+//! and `e2e_xds`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
