@@ -3,6 +3,8 @@
 //! without `FORCE_START_WITHOUT_INITIAL_CONFIG`), updates under traffic, a NACKed
 //! update while the old limits answer, a control plane that restarts, and mTLS.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value as Json, json};
@@ -130,6 +132,26 @@ fn updates_under_traffic_are_answered_within_a_second_without_errors() {
     let mut caller = Caller::new(grpc);
     let entry = [("k", "traffic")];
     caller.until("live", &entry, |a| a.limit == Some(1_000_000));
+    // Four more callers keep calling throughout; none may see an error or no limit.
+    let stop = Arc::new(AtomicBool::new(false));
+    let background: Vec<_> = (0..4)
+        .map(|i| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut caller = Caller::new(grpc);
+                let value = format!("background-{i}");
+                let (mut calls, mut bad) = (0_u32, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    match caller.call("live", &[("k", &value)]) {
+                        Ok(answer) if answer.limit.is_some() && !answer.over_limit => {}
+                        other => bad.push(other),
+                    }
+                    calls += 1;
+                }
+                (calls, bad)
+            })
+        })
+        .collect();
     for (version, limit) in [("v2", 2_000_000), ("v3", 3_000_000)] {
         plane.set(
             version,
@@ -144,6 +166,10 @@ fn updates_under_traffic_are_answered_within_a_second_without_errors() {
                 .expect("no error during an update");
             calls += 1;
             if answer.limit == Some(limit) {
+                eprintln!(
+                    "{version} answered {:?} after set, {calls} calls",
+                    changed.elapsed()
+                );
                 break;
             }
             assert!(
@@ -158,6 +184,16 @@ fn updates_under_traffic_are_answered_within_a_second_without_errors() {
                 .expect("no error after an update");
             assert_eq!(answer.limit, Some(limit));
         }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for thread in background {
+        let (calls, bad) = thread.join().expect("a background caller");
+        assert!(calls > 0);
+        assert!(
+            bad.is_empty(),
+            "{} of {calls} calls went wrong: {bad:?}",
+            bad.len()
+        );
     }
     plane.wait_for("the ACK of v3", |e| is_ack(e, "v3"));
     drop(server);
