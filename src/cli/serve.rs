@@ -270,6 +270,14 @@ fn reload_on_sighup(reloader: Arc<Reloader>) -> Option<AbortOnDrop> {
         match signal(SignalKind::hangup()) {
             Ok(mut hangups) => Some(AbortOnDrop(tokio::spawn(async move {
                 while hangups.recv().await.is_some() {
+                    // Still handled under xDS: SIGHUP's default action ends the process.
+                    if reloader.source() == ConfigSource::Xds {
+                        tracing::info!(
+                            event = "sighup",
+                            "SIGHUP ignored: limits come from the xDS control plane"
+                        );
+                        continue;
+                    }
                     tracing::info!(event = "sighup", "SIGHUP: reloading the config");
                     let _ = reloader.reload(Trigger::Signal).await;
                 }

@@ -117,6 +117,20 @@ fn with_force_start_it_serves_at_once_without_domains() {
     assert_eq!(caller.call("forced", &[("k", "v")]).unwrap().limit, None);
     plane.set("v1", json!([resource("a", "forced", "k", "SECOND", 7)]));
     caller.until("forced", &[("k", "v")], |a| a.limit == Some(7));
+
+    // SIGHUP has no files to reload under xDS, and must not end the process.
+    let pid = server.child.id().to_string();
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status();
+    assert!(hup.expect("run kill").success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.log().contains("SIGHUP ignored") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(server.log().contains("SIGHUP ignored"), "{}", server.log());
+    assert!(server.child.try_wait().unwrap().is_none(), "still running");
+    assert_eq!(caller.call("forced", &[("k", "v")]).unwrap().limit, Some(7));
 }
 
 #[test]
