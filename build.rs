@@ -1,6 +1,9 @@
 //! Compiles the trimmed Envoy protos in `proto/` with protox (pure Rust, so no system
 //! `protoc` is needed) and generates tonic client and server code from the result.
-//! The encoded descriptor set is also written out for gRPC reflection and protojson.
+//! The encoded descriptor set of the rate-limit service is also written out for gRPC
+//! reflection and protojson; the xDS protos (ADS and RateLimitConfig, which tollgate
+//! only consumes as a client) are generated but stay out of it, so reflection keeps
+//! describing only what the server serves.
 //! It also stamps the commit (`TOLLGATE_COMMIT`) that `tollgate_build_info` reports.
 
 use std::path::PathBuf;
@@ -8,20 +11,28 @@ use std::path::PathBuf;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
     stamp_commit();
-    let mut compiler = protox::Compiler::new(["proto"])?;
-    compiler
+    let mut served = protox::Compiler::new(["proto"])?;
+    served
         .include_imports(true)
         .include_source_info(false)
         .open_file("envoy/service/ratelimit/v3/rls.proto")?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(
         out.join("tollgate_descriptor.bin"),
-        compiler.encode_file_descriptor_set(),
+        served.encode_file_descriptor_set(),
     )?;
+    let mut all = protox::Compiler::new(["proto"])?;
+    all.include_imports(true)
+        .include_source_info(false)
+        .open_files([
+            "envoy/service/ratelimit/v3/rls.proto",
+            "envoy/service/discovery/v3/ads.proto",
+            "ratelimit/config/ratelimit/v3/rls_conf.proto",
+        ])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_fds(compiler.file_descriptor_set())?;
+        .compile_fds(all.file_descriptor_set())?;
     Ok(())
 }
 

@@ -7,6 +7,7 @@
 //! counters live, decided atomically per request) and [`algorithm`] (the pure models).
 //! [`metrics`] (Prometheus) and [`telemetry`] (logs, OTLP traces) are what operators
 //! see; [`settings`] resolves flags and environment; [`cli`] is the command line,
+//! [`xds`] reads limits from a control plane instead of files (`CONFIG_TYPE=GRPC_XDS_SOTW`);
 //! [`bench`] the load generator behind `tollgate bench`, [`simulate`] the offline
 //! replay behind `tollgate simulate`; `main.rs` only parses the command line.
 //! docs/architecture.md draws the request's path through them.
@@ -25,5 +26,6 @@ pub mod settings;
 pub mod simulate;
 pub mod store;
 pub mod telemetry;
+pub mod xds;
 
 pub use error::Error;

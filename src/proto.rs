@@ -1,6 +1,8 @@
-//! Generated code for Envoy's rate-limit protocol (our trimmed copies under `proto/`),
-//! nested by protobuf package so the generated cross-package paths resolve, plus the
-//! encoded descriptor set used by gRPC reflection and the `/json` endpoint.
+//! Generated code for Envoy's rate-limit protocol and for the xDS messages tollgate
+//! reads limits with (ADS and envoyproxy/ratelimit's `RateLimitConfig`), all from our
+//! trimmed copies under `proto/`, nested by protobuf package so the generated
+//! cross-package paths resolve, plus the encoded descriptor set (the rate-limit
+//! service only) used by gRPC reflection and the `/json` endpoint.
 
 #![allow(clippy::all, missing_docs)]
 
@@ -10,6 +12,11 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 pub mod envoy {
     pub mod service {
+        pub mod discovery {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.discovery.v3");
+            }
+        }
         pub mod ratelimit {
             pub mod v3 {
                 tonic::include_proto!("envoy.service.ratelimit.v3");
@@ -34,6 +41,23 @@ pub mod envoy {
         pub mod core {
             pub mod v3 {
                 tonic::include_proto!("envoy.config.core.v3");
+            }
+        }
+    }
+}
+
+pub mod google {
+    pub mod rpc {
+        tonic::include_proto!("google.rpc");
+    }
+}
+
+/// envoyproxy/ratelimit's xDS resource: one domain's limits.
+pub mod ratelimit {
+    pub mod config {
+        pub mod ratelimit {
+            pub mod v3 {
+                tonic::include_proto!("ratelimit.config.ratelimit.v3");
             }
         }
     }

@@ -3,6 +3,11 @@
 //! listeners close and calls in flight finish). The config is reloaded when its
 //! directory changes and on SIGHUP; the served set and Redis reachability feed health.
 //!
+//! With `CONFIG_TYPE=GRPC_XDS_SOTW` the limits come from an xDS control plane
+//! ([`crate::xds`]) instead of files: nothing is read from disk or watched, and the
+//! process is NOT_SERVING (no domain limits anything) until the first config arrives,
+//! unless `FORCE_START_WITHOUT_INITIAL_CONFIG` asks to serve at once without domains.
+//!
 //! A start-up config that does not validate is served as envoyproxy/ratelimit does:
 //! the process stays up, NOT_SERVING (no domain limits anything meanwhile), until the
 //! watcher or SIGHUP loads a valid set; `--exit-on-invalid-config` exits with code 2
@@ -17,11 +22,12 @@ use crate::error::Error;
 use crate::limiter::{Limiter, LimiterOptions};
 use crate::metrics::Metrics;
 use crate::server::health::{self, Health};
-use crate::server::reload::{self, ReloadError, ReloadStatus, Reloader, Trigger};
+use crate::server::reload::{self, ConfigSource, ReloadError, ReloadStatus, Reloader, Trigger};
 use crate::server::{self, Listeners, ServeOptions};
 use crate::settings::{ServeFlags, ServeSettings, compat};
 use crate::store::{StoreError, stack};
 use crate::telemetry::{self, LogSettings, TelemetryError};
+use crate::xds::{XdsClient, XdsError};
 
 /// Why `serve` stopped: every start-up failure (exit code 2, before any port opens),
 /// or the server failing while it served (exit code 1).
@@ -38,6 +44,8 @@ pub enum ServeError {
     Tls(Error),
     #[error("cannot start: {0}")]
     Store(#[from] StoreError),
+    #[error("cannot start: xDS: {0}")]
+    Xds(#[from] XdsError),
     #[error("{0}")]
     Bind(Error),
     #[error("server failed: {0}")]
@@ -96,34 +104,24 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
             );
         }
     }
-    let (config, status, config_loaded) = match reload::load_set(&settings.config) {
-        Ok(loaded) => {
-            let domains = loaded.config.domains().len();
-            tracing::info!(
-                event = "config_loaded",
-                path = %settings.config.display(),
-                domains,
-                hash = %loaded.hash,
-                generation = 1,
-                "config loaded"
-            );
-            let counts = reload::config_counts(domains, settings.require_domains);
-            (loaded.config, ReloadStatus::new(Some(loaded.hash)), counts)
-        }
-        Err(error) if settings.exit_on_invalid_config => return Err(error.into()),
-        Err(error) => {
-            tracing::warn!(
-                event = "config_invalid_at_start",
-                path = %settings.config.display(),
-                errors = %telemetry::Json(&error.messages()),
-                "no valid config: NOT_SERVING until a valid set loads (on change or SIGHUP)"
-            );
-            (
-                Config::new(Vec::new()),
-                ReloadStatus::nothing_loaded(),
-                false,
-            )
-        }
+    let (config, status, config_loaded) = if let Some(xds) = &settings.xds {
+        tracing::info!(
+            event = "config_source",
+            source = "xds",
+            server = %xds.server_url,
+            node_id = %xds.node_id,
+            force_start = xds.force_start_without_initial_config,
+            "limits come from the xDS control plane"
+        );
+        let serving = xds.force_start_without_initial_config
+            && reload::config_counts(0, settings.require_domains);
+        (
+            Config::new(Vec::new()),
+            ReloadStatus::waiting_for(ConfigSource::Xds),
+            serving,
+        )
+    } else {
+        load_files(&settings)?
     };
     if !settings.ignore_dotfiles {
         tracing::debug!(
@@ -166,14 +164,27 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
     ));
     let status = Arc::new(status);
     let health = Arc::new(Health::new(config_loaded));
+    // Under xDS the "path" in reload logs is the control plane's URL.
+    let origin = settings
+        .xds
+        .as_ref()
+        .map_or_else(|| settings.config.clone(), |x| x.server_url.clone().into());
     let reloader = Arc::new(
-        Reloader::new(limiter.clone(), settings.config.clone(), status.clone())
+        Reloader::new(limiter.clone(), origin, status.clone())
             .with_health(health.clone(), settings.require_domains),
     );
     // Before the ports open: a SIGHUP that arrives once we answer must find its handler
     // (SIGHUP's default action ends the process).
     let _sighup = reload_on_sighup(reloader.clone());
-    let _watch = settings.watch.then(|| {
+    let _xds = match &settings.xds {
+        Some(xds) => {
+            let metrics = limiter.metrics().source().clone();
+            let client = XdsClient::new(xds.clone(), reloader.clone(), metrics)?;
+            Some(AbortOnDrop(tokio::spawn(client.run())))
+        }
+        None => None,
+    };
+    let _watch = (settings.watch && settings.xds.is_none()).then(|| {
         let mut options = WatchOptions::new(settings.config.clone());
         options.anchors = settings.watch_anchors.clone();
         reload::spawn_watch(reloader.clone(), options)
@@ -214,6 +225,40 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
     })
 }
 
+/// The start-up set from the config files: what to serve, its reload state, and
+/// whether it counts as a loaded config for health.
+fn load_files(settings: &ServeSettings) -> Result<(Config, ReloadStatus, bool), ServeError> {
+    match reload::load_set(&settings.config) {
+        Ok(loaded) => {
+            let domains = loaded.config.domains().len();
+            tracing::info!(
+                event = "config_loaded",
+                path = %settings.config.display(),
+                domains,
+                hash = %loaded.hash,
+                generation = 1,
+                "config loaded"
+            );
+            let counts = reload::config_counts(domains, settings.require_domains);
+            Ok((loaded.config, ReloadStatus::new(Some(loaded.hash)), counts))
+        }
+        Err(error) if settings.exit_on_invalid_config => Err(error.into()),
+        Err(error) => {
+            tracing::warn!(
+                event = "config_invalid_at_start",
+                path = %settings.config.display(),
+                errors = %telemetry::Json(&error.messages()),
+                "no valid config: NOT_SERVING until a valid set loads (on change or SIGHUP)"
+            );
+            Ok((
+                Config::new(Vec::new()),
+                ReloadStatus::nothing_loaded(),
+                false,
+            ))
+        }
+    }
+}
+
 /// A background task stopped when its owner goes.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -231,6 +276,14 @@ fn reload_on_sighup(reloader: Arc<Reloader>) -> Option<AbortOnDrop> {
         match signal(SignalKind::hangup()) {
             Ok(mut hangups) => Some(AbortOnDrop(tokio::spawn(async move {
                 while hangups.recv().await.is_some() {
+                    // Still handled under xDS: SIGHUP's default action ends the process.
+                    if reloader.source() == ConfigSource::Xds {
+                        tracing::info!(
+                            event = "sighup",
+                            "SIGHUP ignored: limits come from the xDS control plane"
+                        );
+                        continue;
+                    }
                     tracing::info!(event = "sighup", "SIGHUP: reloading the config");
                     let _ = reloader.reload(Trigger::Signal).await;
                 }

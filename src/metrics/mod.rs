@@ -15,6 +15,7 @@ mod lifecycle;
 mod memory;
 mod process;
 mod rules;
+pub mod source;
 mod upstream;
 
 use std::time::Duration;
@@ -142,6 +143,7 @@ pub struct Metrics {
     memory: memory::MemoryMetrics,
     generation: Gauge,
     config_info: Family<[(&'static str, String); 1], Gauge>,
+    source: source::SourceMetrics,
 }
 
 impl Default for Metrics {
@@ -185,6 +187,7 @@ impl Metrics {
         let memory = memory::MemoryMetrics::register(&mut registry);
         registry.register_collector(Box::new(process::ProcessCollector::new()));
         let lifecycle = lifecycle::Lifecycle::register(&mut registry);
+        let source = source::SourceMetrics::register(&mut registry);
 
         let duration = Family::<One, Histogram, fn() -> Histogram>::new_with_constructor(latency);
         registry.register_with_unit(
@@ -279,6 +282,7 @@ impl Metrics {
             memory,
             generation,
             config_info,
+            source,
             registry,
         }
     }
@@ -385,6 +389,11 @@ impl Metrics {
     /// A probe that reached no node at all: every node known so far reads 0.
     pub fn backend_unreachable(&self) {
         self.backend_health.all_down();
+    }
+
+    /// Where the served set came from, and the xDS stream's state.
+    pub fn source(&self) -> &source::SourceMetrics {
+        &self.source
     }
 
     /// The served set: its generation and, when it came from disk, its hash.

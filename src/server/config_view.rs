@@ -1,6 +1,7 @@
 //! What the admin endpoints show about the served config: `GET /rlconfig` as text in
 //! envoyproxy/ratelimit's style, and `GET /config.json` with the domains, their rules
-//! and the reload state (generation, hash, last success and failure).
+//! and the reload state (source: file or xds, generation, files' hash or xDS version,
+//! last success and failure).
 //!
 //! `/rlconfig` prints one line per limit, exactly as envoyproxy/ratelimit does for its
 //! own features (`<domain>.<path>: unit=MINUTE requests_per_unit=10, shadow_mode:
@@ -81,8 +82,10 @@ pub fn config_json(config: &Config, reload: &ReloadState) -> Value {
         })
         .collect();
     json!({
+        "source": reload.source.as_str(),
         "generation": reload.generation,
         "hash": reload.hash,
+        "version": reload.version,
         "loaded_at": unix(reload.loaded_at),
         "reload": {
             "last_success": unix(reload.last_success),

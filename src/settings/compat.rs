@@ -1,7 +1,7 @@
 //! envoyproxy/ratelimit's settings that tollgate does not read, each with the reason,
 //! and those it refuses because ignoring them would serve something other than what
-//! the deployment asked for (a Unix socket served as TCP, limits read over xDS,
-//! counters in memcached). docs/migration.md's settings table says the same; a unit test
+//! the deployment asked for (a Unix socket served as TCP, counters in memcached).
+//! `CONFIG_TYPE` and `FORCE_START_WITHOUT_INITIAL_CONFIG` are read by `xds.rs`. docs/migration.md's settings table says the same; a unit test
 //! keeps this list and the code that reads variables from overlapping.
 
 /// Set but without effect: `serve` logs each one found, with its reason, at start-up.
@@ -109,10 +109,6 @@ pub const IGNORED: &[(&str, &str)] = &[
         "always so: a denied request consumes nothing",
     ),
     (
-        "FORCE_START_WITHOUT_INITIAL_CONFIG",
-        "it applies to xDS config, which is refused; limits come from files",
-    ),
-    (
         "MERGE_DOMAIN_CONFIG",
         "a domain defined in two files is an error that names both",
     ),
@@ -121,11 +117,6 @@ pub const IGNORED: &[(&str, &str)] = &[
 /// Refused when set to anything but the given harmless values (compared ignoring
 /// ASCII case): (name, accepted values, why it is refused).
 const REFUSED: &[(&str, &[&str], &str)] = &[
-    (
-        "CONFIG_TYPE",
-        &["FILE"],
-        "limits come from files only (no xDS)",
-    ),
     (
         "BACKEND_TYPE",
         &["redis"],
@@ -197,13 +188,13 @@ mod tests {
 
     #[test]
     fn harmless_values_pass_and_the_rest_is_refused() {
-        let ok = vars(&[("CONFIG_TYPE", "file"), ("BACKEND_TYPE", "REDIS")]);
+        let ok = vars(&[("CONFIG_TYPE", "GRPC_XDS_SOTW"), ("BACKEND_TYPE", "REDIS")]);
         assert_eq!(refused(&ok), None);
-        let xds = vars(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]);
+        let backend = vars(&[("BACKEND_TYPE", "memcache")]);
         assert!(
-            refused(&xds)
+            refused(&backend)
                 .unwrap()
-                .starts_with("CONFIG_TYPE=GRPC_XDS_SOTW: ")
+                .starts_with("BACKEND_TYPE=memcache: ")
         );
         let memcache = vars(&[("MEMCACHE_HOST_PORT", "m:11211")]);
         assert!(refused(&memcache).unwrap().contains("memcached"));

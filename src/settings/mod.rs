@@ -1,6 +1,6 @@
 //! Resolving `tollgate serve`'s settings: our flags first, then the environment
 //! variables envoyproxy/ratelimit deployments already set, then defaults. The Redis
-//! part is in `redis.rs`; [`compat`] lists its variables tollgate ignores or refuses;
+//! part is in `redis.rs`, the xDS config source in [`xds`]; [`compat`] lists its variables tollgate ignores or refuses;
 //! the tests are in `tests.rs`.
 
 pub mod compat;
@@ -11,6 +11,7 @@ mod redis;
 #[cfg(test)]
 mod tests;
 pub mod tls;
+pub mod xds;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -47,9 +48,12 @@ pub const MAX_DRAIN_SECONDS: f64 = 3600.0;
 pub const DEFAULT_APP_DIRECTORY: &str = "config";
 
 /// Fully resolved settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServeSettings {
+    /// The config files; unused when limits come over xDS.
     pub config: PathBuf,
+    /// `CONFIG_TYPE=GRPC_XDS_SOTW`: limits come from a control plane, not from `config`.
+    pub xds: Option<xds::XdsSettings>,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
     /// Where the config views are served apart from the HTTP port (`None`: on it).
@@ -175,6 +179,7 @@ impl ServeSettings {
         let redis = redis::redis_options(flags, &var)?;
         Ok(Self {
             config,
+            xds: xds::resolve(&var)?,
             grpc_addr,
             http_addr,
             debug_addr,

@@ -209,11 +209,13 @@ fn bad_values_are_named() {
 
 #[test]
 fn settings_that_cannot_be_honoured_are_refused_and_ignored_ones_listed() {
-    let err = resolve(ServeFlags::default(), &[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).unwrap_err();
+    let err = resolve(ServeFlags::default(), &[("CONFIG_TYPE", "GRPC_XDS_DELTA")]).unwrap_err();
     assert!(
-        err.to_string().starts_with("CONFIG_TYPE=GRPC_XDS_SOTW"),
+        err.to_string().starts_with("CONFIG_TYPE=GRPC_XDS_DELTA"),
         "{err}"
     );
+    let err = resolve(ServeFlags::default(), &[("GRPC_UDS", "/run/rl.sock")]).unwrap_err();
+    assert!(err.to_string().starts_with("GRPC_UDS="), "{err}");
     let err = resolve(ServeFlags::default(), &[("GRPC_SERVER_USE_TLS", "true")]).unwrap_err();
     assert!(err.to_string().contains("TLS"), "{err}");
     let s = resolve(
@@ -253,4 +255,23 @@ fn config_views_move_to_the_debug_port_only_when_asked() {
     );
     let err = resolve(ServeFlags::default(), &[("DEBUG_PORT", "nope")]).unwrap_err();
     assert!(err.to_string().contains("DEBUG_PORT"), "{err}");
+}
+
+#[test]
+fn limits_over_xds_replace_the_config_path() {
+    let s = resolve(ServeFlags::default(), &[]).unwrap();
+    assert_eq!(s.xds, None, "files unless asked");
+    let s = resolve(
+        ServeFlags::default(),
+        &[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+        ],
+    )
+    .unwrap();
+    let xds = s.xds.unwrap();
+    assert_eq!(xds.node_id, "envoy-ratelimit");
+    assert!(xds.force_start_without_initial_config);
+    assert!(s.ignored.is_empty(), "{:?}", s.ignored);
 }

@@ -36,11 +36,11 @@ fn an_environment_that_asks_for_tollgate_behaviour_has_no_difference() {
 
 #[test]
 fn refused_and_ignored_settings_and_documented_differences_are_each_named() {
-    let env = "CONFIG_TYPE=GRPC_XDS_SOTW\nUSE_STATSD=true\nMERGE_DOMAIN_CONFIG=true\n";
+    let env = "GRPC_UDS=/run/rl.sock\nUSE_STATSD=true\nMERGE_DOMAIN_CONFIG=true\n";
     let (code, out) = migrate_check(env, LIMITED);
     assert_eq!(code, Some(1), "{out}");
     for expected in [
-        "setting CONFIG_TYPE=GRPC_XDS_SOTW: limits come from files only (no xDS) (serve refuses to start)",
+        "setting GRPC_UDS=/run/rl.sock: gRPC on a Unix socket is not supported (serve refuses to start)",
         "setting USE_STATSD=true is ignored: statsd is not supported",
         "setting MERGE_DOMAIN_CONFIG=true is ignored",
         "backend: REDIS_URL is unset",

@@ -3,7 +3,7 @@
 //! is a ConfigMap mount under `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config`, counters are
 //! in Redis, logs are JSON, variables tollgate does not act on are named at start-up,
 //! a ConfigMap update is served, and SIGTERM ends it cleanly. A variable that cannot be
-//! honoured (limits over xDS) stops the start with a message instead.
+//! honoured (counters in memcached) stops the start with a message instead.
 
 use crate::common;
 
@@ -127,9 +127,11 @@ fn serve_runs_on_envoyproxy_ratelimit_variables_alone() {
 fn a_setting_that_cannot_be_honoured_stops_the_start() {
     let out = run(tollgate()
         .arg("serve")
-        .env("CONFIG_TYPE", "GRPC_XDS_SOTW")
-        .env("CONFIG_GRPC_XDS_SERVER_URL", "127.0.0.1:18000"));
+        .env("MEMCACHE_HOST_PORT", "127.0.0.1:11211"));
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("CONFIG_TYPE=GRPC_XDS_SOTW"), "{stderr}");
+    assert!(
+        stderr.contains("MEMCACHE_HOST_PORT=127.0.0.1:11211"),
+        "{stderr}"
+    );
 }

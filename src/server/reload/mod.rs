@@ -17,6 +17,11 @@
 //! Triggers: the directory watcher ([`crate::config::watch`], see [`spawn_watch`]) and
 //! SIGHUP (`tollgate serve`). Reloads are serialized; each first hashes the files and
 //! stops at once when they are what is already served.
+//!
+//! Sources: files, or an xDS control plane ([`crate::xds`]), which hands whole sets to
+//! [`Reloader::install`] and refused ones to [`Reloader::refuse`]; both end in the same
+//! bookkeeping ([`apply`]), so health, metrics and `/config.json` read one state
+//! whichever the source.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -28,10 +33,11 @@ use crate::config::watch::{ConfigWatcher, WatchOptions};
 use crate::config::{self, Config, ConfigErrors};
 use crate::limiter::Limiter;
 use crate::server::health::Health;
-use crate::telemetry::{Json, ratelimited};
+use crate::telemetry::ratelimited;
 
 pub use self::files::{hash_set, is_empty_set};
 
+mod apply;
 mod files;
 
 /// How often a set is read again when its files changed while it was being read.
@@ -46,6 +52,8 @@ pub enum Trigger {
     Signal,
     /// A direct call (tests, embedders).
     Manual,
+    /// A response from the xDS control plane.
+    Xds,
 }
 
 impl Trigger {
@@ -54,6 +62,7 @@ impl Trigger {
             Trigger::Watch => "watch",
             Trigger::Signal => "sighup",
             Trigger::Manual => "manual",
+            Trigger::Xds => "xds",
         }
     }
 }
@@ -88,13 +97,34 @@ impl ReloadError {
     }
 }
 
+/// Where the served limits come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ConfigSource {
+    #[default]
+    File,
+    /// `CONFIG_TYPE=GRPC_XDS_SOTW`.
+    Xds,
+}
+
+impl ConfigSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigSource::File => "file",
+            ConfigSource::Xds => "xds",
+        }
+    }
+}
+
 /// The reload bookkeeping, as the admin endpoints and metrics read it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReloadState {
+    pub source: ConfigSource,
     /// 1 for the set loaded at start-up, one more per swap.
     pub generation: u64,
     /// [`hash_set`] of the served set's files; `None` when it did not come from disk.
     pub hash: Option<String>,
+    /// xDS: the `version_info` of the served (ACKed) response.
+    pub version: Option<String>,
     /// When the served set was loaded.
     pub loaded_at: Option<SystemTime>,
     /// The last reload that ended with the files on disk being served (swapped or
@@ -134,6 +164,16 @@ impl ReloadStatus {
     /// so the first reload that validates swaps its set in whatever it hashes to.
     pub fn nothing_loaded() -> Self {
         Self::default()
+    }
+
+    /// Nothing served yet, and what is served will come from `source`.
+    pub fn waiting_for(source: ConfigSource) -> Self {
+        Self {
+            state: Mutex::new(ReloadState {
+                source,
+                ..ReloadState::default()
+            }),
+        }
     }
 
     /// A copy of the current state.
@@ -189,21 +229,21 @@ pub struct Reloader {
     serial: tokio::sync::Mutex<()>,
     /// Readiness to update after each swap, and whether a set needs a domain to count.
     health: Option<(Arc<Health>, bool)>,
+    source: ConfigSource,
 }
 
 impl Reloader {
     /// `status` describes the set `limiter` serves now (see [`ReloadStatus::new`]).
     pub fn new(limiter: Arc<Limiter>, path: PathBuf, status: Arc<ReloadStatus>) -> Self {
         let served = status.snapshot();
-        limiter
-            .metrics()
-            .config_served(served.generation, served.hash.as_deref());
+        apply::publish(&limiter, &served);
         Self {
             limiter,
             path,
             status,
             serial: tokio::sync::Mutex::new(()),
             health: None,
+            source: served.source,
         }
     }
 
@@ -214,8 +254,13 @@ impl Reloader {
         self
     }
 
+    /// The config path (files), or the control plane's URL (xDS), for logs.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    pub fn source(&self) -> ConfigSource {
+        self.source
     }
 
     pub fn status(&self) -> &Arc<ReloadStatus> {
@@ -226,6 +271,10 @@ impl Reloader {
     /// served set stays, and the failure is logged and recorded.
     pub async fn reload(&self, trigger: Trigger) -> Result<ReloadOutcome, ReloadError> {
         let _serial = self.serial.lock().await;
+        if self.source == ConfigSource::Xds {
+            // Nothing on disk to read: the control plane sends every change itself.
+            return Ok(ReloadOutcome::Unchanged);
+        }
         let path = self.path.clone();
         let served = self.status.snapshot().hash;
         let loaded = tokio::task::spawn_blocking(move || {
@@ -238,99 +287,20 @@ impl Reloader {
         })
         .await
         .unwrap_or_else(|e| Err(ReloadError::Task(e.to_string())));
-        let now = SystemTime::now();
         match loaded {
             Ok(None) => {
-                let (generation, recovered) = {
-                    let mut state = self.status.lock();
-                    state.last_success = Some(now);
-                    (state.generation, state.last_error.take())
-                };
-                // A broken set put back as it was served: the failure is over too.
-                if let Some(errors) = recovered {
-                    self.log_recovered(trigger, generation, &errors);
-                }
-                tracing::debug!(
-                    event = "config_reload_unchanged",
-                    path = %self.path.display(),
-                    trigger = trigger.as_str(),
-                    generation,
-                    "config files unchanged; nothing to reload"
-                );
+                self.unchanged(trigger);
                 Ok(ReloadOutcome::Unchanged)
             }
             Ok(Some(set)) => {
-                let domains = set.config.domains().len();
-                self.limiter.swap_config(set.config);
-                if let Some((health, require_domains)) = &self.health {
-                    health.set_config_loaded(config_counts(domains, *require_domains));
-                }
-                let (generation, recovered) = {
-                    let mut state = self.status.lock();
-                    state.generation += 1;
-                    state.hash = Some(set.hash.clone());
-                    state.loaded_at = Some(now);
-                    state.last_success = Some(now);
-                    state.successes += 1;
-                    (state.generation, state.last_error.take())
-                };
-                let metrics = self.limiter.metrics();
-                metrics.reload(true);
-                metrics.config_served(generation, Some(&set.hash));
-                tracing::info!(
-                    event = "config_reloaded",
-                    path = %self.path.display(),
-                    trigger = trigger.as_str(),
-                    generation,
-                    hash = %set.hash,
-                    domains,
-                    "config reloaded"
-                );
-                if let Some(errors) = recovered {
-                    self.log_recovered(trigger, generation, &errors);
-                }
+                let generation = self.swapped(set.config, Some(set.hash), None, trigger);
                 Ok(ReloadOutcome::Swapped { generation })
             }
             Err(error) => {
-                let messages = error.messages();
-                let (generation, failures) = {
-                    let mut state = self.status.lock();
-                    state.last_failure = Some(now);
-                    state.last_error = Some(messages.clone());
-                    state.failures += 1;
-                    (state.generation, state.failures)
-                };
-                self.limiter.metrics().reload(false);
-                // A storm of file events fails a reload on each: one line a second.
-                let Some(suppressed) = ratelimited::admit(&["config_reload_failed"]) else {
-                    return Err(error);
-                };
-                tracing::warn!(
-                    event = "config_reload_failed",
-                    suppressed,
-                    path = %self.path.display(),
-                    trigger = trigger.as_str(),
-                    generation,
-                    failures,
-                    error_count = messages.len(),
-                    errors = %Json(&messages),
-                    "config reload failed; still serving generation {generation}"
-                );
+                self.failed(&error, trigger);
                 Err(error)
             }
         }
-    }
-
-    /// The served set is good again after failed reloads: say so, with what had failed.
-    fn log_recovered(&self, trigger: Trigger, generation: u64, errors: &[String]) {
-        tracing::info!(
-            event = "config_recovered",
-            path = %self.path.display(),
-            trigger = trigger.as_str(),
-            generation,
-            previous_errors = %Json(errors),
-            "config valid again after a failed reload; last_error cleared"
-        );
     }
 }
 

@@ -1,0 +1,342 @@
+//! Settings of the xDS config source, with envoyproxy/ratelimit's names and defaults:
+//! `CONFIG_TYPE` (`FILE`, the default, or `GRPC_XDS_SOTW`), `CONFIG_GRPC_XDS_*`,
+//! `XDS_CLIENT_*` and `FORCE_START_WITHOUT_INITIAL_CONFIG`. Only values are resolved
+//! here; `crate::xds` reads the certificate files when it dials.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::parse_bool;
+use crate::error::Error;
+
+/// upstream's `CONFIG_GRPC_XDS_NODE_ID` default.
+pub const DEFAULT_NODE_ID: &str = "default";
+pub const DEFAULT_SERVER_URL: &str = "localhost:18000";
+pub const DEFAULT_CONNECT_RETRY_INTERVAL: Duration = Duration::from_secs(3);
+pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(60);
+pub const DEFAULT_BACKOFF_RANDOM_FACTOR: f64 = 0.5;
+
+/// Where limits come from when `CONFIG_TYPE=GRPC_XDS_SOTW`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct XdsSettings {
+    /// `CONFIG_GRPC_XDS_SERVER_URL`: `host:port` (a scheme is accepted too).
+    pub server_url: String,
+    /// `CONFIG_GRPC_XDS_NODE_ID`: the control plane serves by it (Envoy Gateway answers
+    /// `envoy-ratelimit` only).
+    pub node_id: String,
+    /// `CONFIG_GRPC_XDS_NODE_METADATA`: `key=value,key=value`, string values.
+    pub node_metadata: Vec<(String, String)>,
+    /// `CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL`: between attempts to reach a
+    /// control plane that cannot be dialled (jittered by half, as upstream's).
+    pub connect_retry_interval: Duration,
+    /// `CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS`: `key:value,key:value`, sent as gRPC
+    /// metadata on the stream.
+    pub additional_headers: Vec<(String, String)>,
+    /// `CONFIG_GRPC_XDS_SERVER_USE_TLS` and its files; `None`: plain text.
+    pub tls: Option<XdsTls>,
+    /// `XDS_CLIENT_BACKOFF_*`: waiting after a stream that broke.
+    pub backoff: Backoff,
+    /// `XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES`: the largest response accepted (else gRPC's 4 MiB).
+    pub max_message_bytes: Option<usize>,
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: serve at once with no domains instead of
+    /// NOT_SERVING until the first config arrives.
+    pub force_start_without_initial_config: bool,
+}
+
+/// TLS to the control plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XdsTls {
+    /// `CONFIG_GRPC_XDS_CLIENT_TLS_CERT` and `_KEY`: our certificate, for mTLS.
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+    /// `CONFIG_GRPC_XDS_SERVER_TLS_CACERT`: the CA the server's certificate must chain
+    /// to; none: the public web roots.
+    pub server_ca: Option<PathBuf>,
+    /// `CONFIG_GRPC_XDS_SERVER_TLS_SAN`: the name checked in the server's certificate
+    /// instead of the URL's host.
+    pub server_san: Option<String>,
+}
+
+/// Jittered exponential backoff: `initial`, doubling up to `max`, each wait spread by
+/// ±`random_factor` when `jitter`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+    pub random_factor: f64,
+    pub jitter: bool,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            initial: DEFAULT_BACKOFF_INITIAL,
+            max: DEFAULT_BACKOFF_MAX,
+            random_factor: DEFAULT_BACKOFF_RANDOM_FACTOR,
+            jitter: true,
+        }
+    }
+}
+
+/// `None` for `CONFIG_TYPE=FILE` (or unset); refuses any other type.
+pub(super) fn resolve(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<XdsSettings>, Error> {
+    match var("CONFIG_TYPE") {
+        None => return Ok(None),
+        Some(t) if t.trim().eq_ignore_ascii_case("FILE") => return Ok(None),
+        Some(t) if t.trim().eq_ignore_ascii_case("GRPC_XDS_SOTW") => {}
+        Some(other) => {
+            return Err(Error::Settings(format!(
+                "CONFIG_TYPE={other}: expected FILE or GRPC_XDS_SOTW"
+            )));
+        }
+    }
+    let setting = |name: &str, what: String| Error::Settings(format!("{name}: {what}"));
+    let boolean = |name: &str, default: bool| -> Result<bool, Error> {
+        var(name).map_or(Ok(default), |v| {
+            parse_bool(&v).ok_or_else(|| setting(name, format!("'{v}' is not a boolean")))
+        })
+    };
+    let duration = |name: &str, default: Duration| -> Result<Duration, Error> {
+        var(name).map_or(Ok(default), |v| {
+            go_duration(&v).ok_or_else(|| {
+                setting(
+                    name,
+                    format!("'{v}' is not a duration (such as 500ms, 3s, 1m30s)"),
+                )
+            })
+        })
+    };
+    let backoff = Backoff {
+        initial: duration(
+            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+            DEFAULT_BACKOFF_INITIAL,
+        )?,
+        max: duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", DEFAULT_BACKOFF_MAX)?,
+        random_factor: match var("XDS_CLIENT_BACKOFF_RANDOM_FACTOR") {
+            None => DEFAULT_BACKOFF_RANDOM_FACTOR,
+            Some(v) => v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|f| (0.0..=1.0).contains(f))
+                .ok_or_else(|| {
+                    setting(
+                        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+                        format!("'{v}' is not a number between 0 and 1"),
+                    )
+                })?,
+        },
+        jitter: boolean("XDS_CLIENT_BACKOFF_JITTER", true)?,
+    };
+    let max_message_bytes = match var("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES") {
+        None => None,
+        // upstream: 0 keeps gRPC's default.
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(0) => None,
+            Ok(n) => Some(n),
+            Err(_) => {
+                return Err(setting(
+                    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+                    format!("'{v}' is not a byte count"),
+                ));
+            }
+        },
+    };
+    let tls = boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)?.then(|| XdsTls {
+        client_cert: var("CONFIG_GRPC_XDS_CLIENT_TLS_CERT").map(PathBuf::from),
+        client_key: var("CONFIG_GRPC_XDS_CLIENT_TLS_KEY").map(PathBuf::from),
+        server_ca: var("CONFIG_GRPC_XDS_SERVER_TLS_CACERT").map(PathBuf::from),
+        server_san: var("CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
+    });
+    if let Some(tls) = &tls
+        && tls.client_cert.is_some() != tls.client_key.is_some()
+    {
+        return Err(Error::Settings(
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together".into(),
+        ));
+    }
+    Ok(Some(XdsSettings {
+        server_url: var("CONFIG_GRPC_XDS_SERVER_URL").unwrap_or_else(|| DEFAULT_SERVER_URL.into()),
+        node_id: var("CONFIG_GRPC_XDS_NODE_ID").unwrap_or_else(|| DEFAULT_NODE_ID.into()),
+        // upstream skips entries without '=' silently; so do we.
+        node_metadata: pairs(var("CONFIG_GRPC_XDS_NODE_METADATA"), '='),
+        connect_retry_interval: duration(
+            "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+            DEFAULT_CONNECT_RETRY_INTERVAL,
+        )?,
+        additional_headers: headers(var("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"))?,
+        tls,
+        backoff,
+        max_message_bytes,
+        force_start_without_initial_config: boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
+    }))
+}
+
+/// `k<sep>v,k<sep>v`, entries without the separator skipped.
+fn pairs(text: Option<String>, separator: char) -> Vec<(String, String)> {
+    text.unwrap_or_default()
+        .split(',')
+        .filter_map(|entry| entry.split_once(separator))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .collect()
+}
+
+/// envconfig's map syntax (`k:v,k:v`); it refuses an entry without `:`, and so do we.
+/// gRPC metadata keys are lowercase ASCII, so they are lowered here.
+fn headers(text: Option<String>) -> Result<Vec<(String, String)>, Error> {
+    let Some(text) = text else {
+        return Ok(Vec::new());
+    };
+    text.split(',')
+        .filter(|e| !e.trim().is_empty())
+        .map(|entry| {
+            let (k, v) = entry.split_once(':').ok_or_else(|| {
+                Error::Settings(format!(
+                    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: '{entry}' is not key:value"
+                ))
+            })?;
+            Ok((k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// Go's `time.ParseDuration` (what upstream's envconfig reads durations with): one or
+/// more `<number><unit>` with units ns, us, µs, ms, s, m, h; `0` alone is zero.
+pub fn go_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if text == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut total = 0.0_f64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds_per = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += number * seconds_per;
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn resolve_with(vars: &[(&str, &str)]) -> Result<Option<XdsSettings>, Error> {
+        let map: HashMap<&str, &str> = vars.iter().copied().collect();
+        resolve(&|name| map.get(name).map(|v| (*v).to_owned()))
+    }
+
+    #[test]
+    fn file_is_the_default_and_unknown_types_are_refused() {
+        assert_eq!(resolve_with(&[]).unwrap(), None);
+        assert_eq!(resolve_with(&[("CONFIG_TYPE", "file")]).unwrap(), None);
+        let err = resolve_with(&[("CONFIG_TYPE", "GRPC_XDS_DELTA")]).unwrap_err();
+        assert!(
+            err.to_string().contains("expected FILE or GRPC_XDS_SOTW"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn upstream_defaults() {
+        let s = resolve_with(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.server_url, "localhost:18000");
+        assert_eq!(s.node_id, "default");
+        assert_eq!(s.connect_retry_interval, Duration::from_secs(3));
+        assert_eq!(s.backoff, Backoff::default());
+        assert_eq!(s.tls, None);
+        assert_eq!(s.max_message_bytes, None);
+        assert!(!s.force_start_without_initial_config);
+    }
+
+    #[test]
+    fn envoy_gateway_environment() {
+        let s = resolve_with(&[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+            ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+            ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a,bad,team=rl"),
+            (
+                "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+                "X-Tenant:t1,auth:Bearer x",
+            ),
+            ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "250ms"),
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "8388608"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.node_id, "envoy-ratelimit");
+        let tls = s.tls.unwrap();
+        assert_eq!(tls.server_ca, Some(PathBuf::from("/certs/ca.crt")));
+        assert_eq!(tls.server_san, None);
+        assert!(s.force_start_without_initial_config);
+        assert_eq!(
+            s.node_metadata,
+            [("zone".into(), "a".into()), ("team".into(), "rl".into())]
+        );
+        assert_eq!(
+            s.additional_headers,
+            [
+                ("x-tenant".into(), "t1".into()),
+                ("auth".into(), "Bearer x".into())
+            ]
+        );
+        assert_eq!(s.backoff.initial, Duration::from_millis(250));
+        assert_eq!(s.max_message_bytes, Some(8 << 20));
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        for (name, value) in [
+            ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "soon"),
+            ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "maybe"),
+            ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "novalue"),
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "-1"),
+        ] {
+            let err = resolve_with(&[("CONFIG_TYPE", "GRPC_XDS_SOTW"), (name, value)]).unwrap_err();
+            assert!(err.to_string().contains(name), "{err}");
+        }
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(go_duration("3s"), Some(Duration::from_secs(3)));
+        assert_eq!(go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(go_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(go_duration("0"), Some(Duration::ZERO));
+        assert_eq!(go_duration("3"), None, "Go wants a unit");
+        assert_eq!(go_duration(""), None);
+        assert_eq!(go_duration("5 parsecs"), None);
+    }
+}
