@@ -2,7 +2,8 @@
 //! Envoy (`TOLLGATE_ENVOY`; `e2e_envoy`, `e2e_answers`, on the stack of [`stack`]) and
 //! the independent grpcio client (`TOLLGATE_PYTHON`; `interop_python`), and our Python
 //! xDS control plane (`xds_plane`), serving limits to `tollgate serve` (`xds_sotw`) and
-//! through it to Envoy (`e2e_xds`). Its own binary
+//! through it to Envoy (`e2e_xds`) and to tollgate run as Envoy Gateway runs it
+//! (`envoy_gateway`). Its own binary
 //! so that the main one (`tests/it`) needs nothing but Rust and redis-server, and so
 //! that the Envoy stacks (Envoy, two `tollgate serve` replicas and the echo upstream
 //! each) with their minute-aligned waits do not hold the main binary's test threads.
@@ -18,6 +19,7 @@ mod stack;
 mod e2e_answers;
 mod e2e_envoy;
 mod e2e_xds;
+mod envoy_gateway;
 mod interop_python;
 mod xds_plane;
 mod xds_sotw;

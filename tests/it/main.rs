@@ -28,7 +28,6 @@ mod cross_slot_latency;
 mod deploy_files;
 mod deploy_metrics;
 mod differential;
-mod envoy_gateway;
 mod grpc;
 mod http_json;
 mod limiter;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use common::prometheus::value;
 use common::server::{TestServer, config, descriptor, request};
 use tollgate::limiter::{Limiter, LimiterOptions};
 use tollgate::metrics::Metrics;
@@ -62,13 +63,6 @@ async fn scrape(server: &TestServer) -> String {
         "{content_type}"
     );
     body
-}
-
-/// The value of one series, written exactly as exposed (`name{labels}`); 0 when absent.
-pub(crate) fn value(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0.0, |v| v.trim().parse().expect("a number"))
 }
 
 pub(crate) fn rule(name: &str, domain: &str, rule: &str) -> String {

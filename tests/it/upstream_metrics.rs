@@ -11,7 +11,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 
-use crate::metrics::{rule, value};
+use crate::common::prometheus::value;
+use crate::metrics::rule;
 use common::process::{Server, check, free_ports, tollgate};
 use common::server::{TestServer, config, descriptor, request};
 use tollgate::limiter::{Limiter, LimiterOptions};

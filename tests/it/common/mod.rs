@@ -2,7 +2,8 @@
 //! ([`server`]), `tollgate serve` as a child process ([`process`]), real
 //! `redis-server` processes, standalone and cluster ([`redis`]), stores on them
 //! ([`stores`]), load for the fault tests ([`fault_load`]), the deployment's Envoy
-//! config ([`envoy`]) and test certificates ([`tls_certs`]).
+//! config ([`envoy`]), test certificates ([`tls_certs`]) and reading /metrics
+//! ([`prometheus`]).
 //!
 //! The `it` binary uses all of it; the other test binaries include it with `#[path]`
 //! and use only part of it (they say so where they include it).
@@ -10,6 +11,7 @@
 pub mod envoy;
 pub mod fault_load;
 pub mod process;
+pub mod prometheus;
 pub mod redis;
 pub mod server;
 pub mod stores;

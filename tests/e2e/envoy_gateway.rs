@@ -2,16 +2,19 @@
 //! `/bin/ratelimit` started with no arguments, the exact environment of Envoy
 //! Gateway's generated ratelimit Deployment (only addresses and file locations moved
 //! into a temporary directory), as uid 65534 (when the test runs as root), mTLS on the
-//! gRPC port with certificates from one CA, Redis from the harness. Checked: the Deployment's startup, readiness and liveness
-//! probes pass within their timeouts, a client without a certificate is refused,
+//! gRPC port with certificates from one CA, Redis from the harness, and the limits
+//! served over xDS with mTLS by our own control plane (`tests/python/ads_server.py`,
+//! answering only node `envoy-ratelimit`, as Envoy Gateway's does). Checked: the
+//! Deployment's startup, readiness and liveness probes pass within their timeouts, a client without a certificate is refused,
 //! ShouldRateLimit counts on Envoy-Gateway-shaped domains and keys, the metrics
 //! listener (`PROMETHEUS_ADDR`) serves the series Envoy Gateway's dashboard queries,
 //! `/rlconfig` answers on the debug port (where `egctl` reads it), and nothing is
 //! open for writing (the Deployment's root filesystem is read-only).
 
 use crate::common;
+use crate::common::prometheus::value;
 use crate::common::tls_certs::{Leaf, TestCa, write};
-use crate::metrics::value;
+use crate::xds_plane::ControlPlane;
 
 use std::fs;
 use std::io::{Read, Write};
@@ -98,10 +101,21 @@ const ROUTE: &str = "httproute/default/backend/rule/0";
 const MATCH: &str = "rule-0-match-0";
 const LIMIT: u32 = 3;
 
-fn limits_yaml() -> String {
-    format!(
-        "domain: {DOMAIN}\ndescriptors:\n  - key: {ROUTE}\n    value: {ROUTE}\n    descriptors:\n      - key: {MATCH}\n        value: {MATCH}\n        rate_limit: {{unit: minute, requests_per_unit: {LIMIT}}}\n"
-    )
+/// The limits Envoy Gateway serves for one rule, as `RateLimitConfig` resources.
+fn limits_resources() -> serde_json::Value {
+    serde_json::json!([{
+        "name": DOMAIN,
+        "domain": DOMAIN,
+        "descriptors": [{
+            "key": ROUTE,
+            "value": ROUTE,
+            "descriptors": [{
+                "key": MATCH,
+                "value": MATCH,
+                "rate_limit": {"unit": "MINUTE", "requests_per_unit": LIMIT},
+            }],
+        }],
+    }])
 }
 
 /// `GET path` on 127.0.0.1:port within `timeout`: the status code and the body.
@@ -232,10 +246,26 @@ fn tollgate_runs_as_envoy_gateways_ratelimit_deployment() {
     let xds_cert = write(&certs, "xds-client.crt", &xds_client.cert_pem);
     let xds_key = write(&certs, "xds-client.key", &xds_client.key_pem);
 
-    // Until xDS lands: the limits Envoy Gateway would serve, as a file.
-    let config = root.join("data/ratelimit/config");
-    fs::create_dir_all(&config).unwrap();
-    fs::write(config.join("limits.yaml"), limits_yaml()).unwrap();
+    // Envoy Gateway's xDS server: TLS with a certificate from the same CA, client
+    // certificates required, only node `envoy-ratelimit` answered.
+    let plane_cert = write(&certs, "plane.crt", &server.cert_pem);
+    let plane_key = write(&certs, "plane.key", &server.key_pem);
+    let path = |p: &Path| p.display().to_string();
+    let (plane_cert, plane_key, ca_arg) = (path(&plane_cert), path(&plane_key), path(&ca_file));
+    let mut plane = ControlPlane::start(
+        0,
+        &[
+            "--node-id",
+            "envoy-ratelimit",
+            "--cert",
+            &plane_cert,
+            "--key",
+            &plane_key,
+            "--client-ca",
+            &ca_arg,
+        ],
+    );
+    plane.set("1", limits_resources());
 
     // The working directory stands in for the read-only root filesystem.
     let workdir = root.join("workdir");
@@ -244,23 +274,16 @@ fn tollgate_runs_as_envoy_gateways_ratelimit_deployment() {
 
     let [grpc, http, debug, metrics] = four_free_ports();
     let prefix = common::redis::unique_prefix("envoy_gateway");
-    let path = |p: &Path| p.display().to_string();
     // What this test changes in DEPLOYMENT_ENV, and why; every other variable is as
     // generated. Free ports instead of 8081/8080/6070/19001 (tests run in parallel),
     // the temporary directory instead of the Secret mount under /certs, the harness's
-    // Redis, and a key prefix (tests isolate by prefix).
-    //
-    // XDS: once `CONFIG_TYPE=GRPC_XDS_SOTW` is served, the integrator deletes the two
-    // lines marked XDS-FILE (then RUNTIME_ROOT=/data is never read and the file under
-    // data/ goes unused) and points CONFIG_GRPC_XDS_SERVER_URL at the test's control
-    // plane (the line marked XDS-URL), which serves `limits_yaml()`'s limits as a
-    // RateLimitConfig over TLS with `ca.server()`'s certificate, trusting `ca` for the
-    // client. The calls below wait until /rlconfig shows the domain, so an xDS config
-    // arriving after start-up (FORCE_START_WITHOUT_INITIAL_CONFIG) is waited for.
+    // Redis, a key prefix (tests isolate by prefix), and the control plane's address
+    // for `envoy-gateway:18001`.
     let overrides: Vec<(&str, String)> = vec![
-        ("CONFIG_TYPE", "FILE".into()),                       // XDS-FILE
-        ("RUNTIME_ROOT", path(&root.join("data"))),           // XDS-FILE
-        ("CONFIG_GRPC_XDS_SERVER_URL", "127.0.0.1:1".into()), // XDS-URL
+        (
+            "CONFIG_GRPC_XDS_SERVER_URL",
+            format!("127.0.0.1:{}", plane.port),
+        ),
         ("GRPC_SERVER_TLS_CERT", path(&cert)),
         ("GRPC_SERVER_TLS_KEY", path(&key)),
         ("GRPC_SERVER_TLS_CA_CERT", path(&ca_file)),
