@@ -4,20 +4,27 @@
 //! first group that denies; the groups it already consumed are then refunded
 //! ([`super::refund`]), so a denied request consumes nothing. A single group is one
 //! call; dry runs consume nothing and ask every group at once.
+//!
+//! Every group call is bounded by the request's deadline and made under the breaker
+//! of the master serving its slot ([`super::nodes`]): a stalled master fails only
+//! the requests with a group on it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use prometheus_client::metrics::counter::Counter;
 use redis::cluster_async::ClusterConnection;
 use tokio::time::{Instant, timeout_at};
 
 use super::connect::describe;
 use super::keys;
+use super::nodes::Nodes;
 use super::refund::RefundGuard;
 use super::scripts::{self, Reply, Segment, WireOp};
 use crate::algorithm::Decision;
+use crate::metrics::Metrics;
+use crate::store::breaker::BreakerOptions;
 use crate::store::{CounterOp, StoreError};
 
 /// A cluster connection (redis-rs follows MOVED/ASK and retries TRYAGAIN).
@@ -26,22 +33,38 @@ pub struct Cluster {
     /// The store's per-call budget: it bounds each refund attempt, which may outlive
     /// the request that made it.
     timeout: Duration,
-    /// Refunded operations given up on (a counter left high until its window ends).
-    abandoned: Arc<AtomicU64>,
+    /// Refunded operations given up on (a counter left high until its window ends):
+    /// `tollgate_refunds_abandoned_total` when the server has metrics.
+    abandoned: Counter,
+    /// Each master's breaker, by slot.
+    nodes: Arc<Nodes>,
 }
 
 impl Cluster {
-    pub fn new(connection: ClusterConnection, timeout: Duration) -> Self {
+    /// The cluster path over `connection`, with a breaker of `breaker` options per
+    /// master (their states, failures and abandoned refunds go to `metrics`).
+    pub async fn start(
+        connection: ClusterConnection,
+        timeout: Duration,
+        breaker: BreakerOptions,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Self {
+        let abandoned = metrics
+            .as_ref()
+            .map(|m| m.refunds_abandoned())
+            .unwrap_or_default();
+        let nodes = Nodes::start(connection.clone(), breaker, metrics).await;
         Self {
             connection,
             timeout,
-            abandoned: Arc::new(AtomicU64::new(0)),
+            abandoned,
+            nodes,
         }
     }
 
     /// Refunded operations that could not be given back (see [`super::refund`]).
     pub fn refunds_abandoned(&self) -> u64 {
-        self.abandoned.load(Ordering::Relaxed)
+        self.abandoned.get()
     }
 
     /// Decides `ops` (whose encoded keys are `keys`), all or nothing across slots, by
@@ -185,7 +208,7 @@ impl Cluster {
         Ok(())
     }
 
-    /// [`Cluster::run_group`] by `deadline`.
+    /// [`Cluster::run_group`] by `deadline`, under the breaker of the group's master.
     async fn bounded(
         &self,
         keys: &[String],
@@ -194,9 +217,15 @@ impl Cluster {
         dry_run: bool,
         deadline: Instant,
     ) -> Result<Vec<Reply>, StoreError> {
-        timeout_at(deadline, self.run_group(keys, ops, indices, dry_run))
-            .await
-            .unwrap_or(Err(StoreError::Timeout(self.timeout)))
+        let Some(&first) = indices.first() else {
+            return Ok(Vec::new());
+        };
+        let call = async {
+            timeout_at(deadline, self.run_group(keys, ops, indices, dry_run))
+                .await
+                .unwrap_or(Err(StoreError::Timeout(self.timeout)))
+        };
+        self.nodes.call(slot_of(&keys[first]), call).await
     }
 
     /// One batch script call for the operations `indices` of `ops` (one slot).
