@@ -38,6 +38,7 @@ mod memory_store;
 mod memory_usage;
 mod metrics;
 mod migrate_check;
+mod node_isolation;
 mod quota_mode;
 mod ratelimit_env;
 mod redis_concurrency;
