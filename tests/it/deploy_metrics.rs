@@ -333,7 +333,11 @@ fn every_metric_of_the_dashboard_and_the_alerts_is_exported_after_traffic() {
         .lines()
         .filter(|l| l.starts_with("tollgate_breaker_state{"))
         .collect();
-    assert_eq!(breakers.len(), masters, "one breaker per master: {breakers:?}");
+    assert_eq!(
+        breakers.len(),
+        masters,
+        "one breaker per master: {breakers:?}"
+    );
     assert!(breakers.iter().all(|l| l.ends_with(" 0")), "{breakers:?}");
     let version = env!("CARGO_PKG_VERSION");
     assert!(

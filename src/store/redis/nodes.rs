@@ -30,6 +30,7 @@ use super::slots::SlotMap;
 use crate::metrics::Metrics;
 use crate::store::StoreError;
 use crate::store::breaker::{BreakerOptions, CircuitBreaker};
+use crate::telemetry::Json;
 
 /// How often the slot map is asked for while nothing fails: a topology change with
 /// no failed call (a planned resharding) is seen within this.
@@ -134,6 +135,8 @@ impl Nodes {
         if self.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
+        // Cleared however this ends, also when the future is dropped mid-way.
+        let _refreshing = Refreshing(&self.refreshing);
         self.last_refresh_ms
             .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
         let ask = redis::cmd("CLUSTER").arg("SLOTS").clone();
@@ -150,7 +153,6 @@ impl Nodes {
             Ok(_) => tracing::debug!("CLUSTER SLOTS listed no master; keeping the slot map"),
             Err(error) => tracing::debug!(%error, "CLUSTER SLOTS failed; keeping the slot map"),
         }
-        self.refreshing.store(false, Ordering::Release);
     }
 
     /// Installs `map`: a breaker for each new master (closed), the same breaker for a
@@ -177,13 +179,24 @@ impl Nodes {
                 metrics.node_gone(gone);
             }
         }
+        let mut names: Vec<&str> = breakers.keys().map(String::as_str).collect();
+        names.sort_unstable();
         tracing::info!(
             event = "cluster_slot_map",
-            masters = breakers.len(),
+            masters = %Json(&names),
             "Redis Cluster slot map learnt: one circuit breaker per master"
         );
         known.breakers = breakers;
         known.map = map;
+    }
+}
+
+/// Clears the one-refresh-at-a-time flag when dropped.
+struct Refreshing<'a>(&'a AtomicBool);
+
+impl Drop for Refreshing<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
