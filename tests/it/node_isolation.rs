@@ -293,6 +293,21 @@ async fn a_stopped_master_leaves_requests_on_healthy_masters_decided() {
         samples.extend(w.await.unwrap());
     }
     let (logs_a, logs_b) = (a.log(), b.log());
+    // Failed calls are counted against the master that failed them, on every server.
+    let node_errors: Vec<[f64; 2]> = https
+        .iter()
+        .map(|&http| {
+            let text = http_get(http, "/metrics");
+            ["timeout", "circuit_open"].map(|kind| {
+                value(
+                    &text,
+                    &format!(
+                        "tollgate_backend_node_errors_total{{node=\"{victim}\",kind=\"{kind}\"}}"
+                    ),
+                )
+            })
+        })
+        .collect();
     drop((a, b));
 
     // During the stall: every request sent while the master was stopped, and for the
@@ -385,6 +400,15 @@ async fn a_stopped_master_leaves_requests_on_healthy_masters_decided() {
     assert!(
         closed_after,
         "the stopped master's breaker never closed after SIGCONT"
+    );
+    eprintln!(
+        "FIGURES node isolation: the stopped master's timeouts and refused calls per server: {node_errors:?}"
+    );
+    assert!(
+        node_errors
+            .iter()
+            .all(|[timeouts, refused]| *timeouts >= 1.0 && *refused >= 1.0),
+        "tollgate_backend_node_errors_total names the stopped master: {node_errors:?}"
     );
     // After the stall the stopped master decides again.
     let last = samples
