@@ -19,6 +19,7 @@ mod cli_check;
 mod cli_inspect;
 mod cli_pipe;
 mod cli_redis;
+mod cluster_batching;
 mod cluster_faults;
 mod config_algorithms;
 mod config_dirs;

@@ -1,5 +1,6 @@
 //! The Redis Cluster path. A request's counter operations are grouped by hash slot;
-//! each group is decided by one atomic batch-script call. A request with several
+//! each group is decided atomically by one segment of a batch-script call, which
+//! concurrent groups in the same slot share ([`super::slot_batch`]). A request with several
 //! groups acquires them one after another in ascending slot order and stops at the
 //! first group that denies; the groups it already consumed are then refunded
 //! ([`super::refund`]), so a denied request consumes nothing. A single group is one
@@ -17,11 +18,11 @@ use prometheus_client::metrics::counter::Counter;
 use redis::cluster_async::ClusterConnection;
 use tokio::time::{Instant, timeout_at};
 
-use super::connect::describe;
 use super::keys;
 use super::nodes::Nodes;
 use super::refund::RefundGuard;
-use super::scripts::{self, Reply, Segment, WireOp};
+use super::scripts::{Reply, WireOp};
+use super::slot_batch::SlotBatchers;
 use crate::algorithm::Decision;
 use crate::metrics::Metrics;
 use crate::store::breaker::BreakerOptions;
@@ -38,6 +39,8 @@ pub struct Cluster {
     abandoned: Counter,
     /// Each master's breaker, by slot.
     nodes: Arc<Nodes>,
+    /// One queue per slot: concurrent groups in a slot share a call.
+    batchers: SlotBatchers,
 }
 
 impl Cluster {
@@ -55,6 +58,7 @@ impl Cluster {
             .unwrap_or_default();
         let nodes = Nodes::start(connection.clone(), breaker, metrics).await;
         Self {
+            batchers: SlotBatchers::new(connection.clone(), timeout),
             connection,
             timeout,
             abandoned,
@@ -220,37 +224,29 @@ impl Cluster {
         let Some(&first) = indices.first() else {
             return Ok(Vec::new());
         };
+        let slot = slot_of(&keys[first]);
         let call = async {
-            timeout_at(deadline, self.run_group(keys, ops, indices, dry_run))
+            timeout_at(deadline, self.run_group(slot, keys, ops, indices, dry_run))
                 .await
                 .unwrap_or(Err(StoreError::Timeout(self.timeout)))
         };
-        self.nodes.call(slot_of(&keys[first]), call).await
+        self.nodes.call(slot, call).await
     }
 
-    /// One batch script call for the operations `indices` of `ops` (one slot).
+    /// The operations `indices` of `ops` (all in `slot`), in the slot's shared call.
     async fn run_group(
         &self,
+        slot: u16,
         keys: &[String],
         ops: &[CounterOp],
         indices: &[usize],
         dry_run: bool,
     ) -> Result<Vec<Reply>, StoreError> {
-        let group_keys: Vec<&str> = indices.iter().map(|&i| keys[i].as_str()).collect();
+        let group_keys: Vec<String> = indices.iter().map(|&i| keys[i].clone()).collect();
         let group_ops: Vec<WireOp> = indices.iter().map(|&i| WireOp::new(&ops[i])).collect();
-        let cmd = scripts::batch_cmd(
-            &[Segment {
-                keys: &group_keys,
-                ops: &group_ops,
-                dry_run,
-            }],
-            None,
-        );
-        let values: Vec<i64> =
-            scripts::evalsha(&mut self.connection.clone(), &cmd, &scripts::BATCH)
-                .await
-                .map_err(|e| StoreError::Unavailable(describe(&e)))?;
-        scripts::parse_batch_reply(&values, indices.len()).map_err(StoreError::Unavailable)
+        self.batchers
+            .decide(slot, group_keys, group_ops, dry_run)
+            .await
     }
 }
 

@@ -21,6 +21,7 @@ pub mod keys;
 mod nodes;
 mod refund;
 pub mod scripts;
+mod slot_batch;
 mod slots;
 
 use std::sync::{Arc, OnceLock};
