@@ -9,6 +9,8 @@
 //! (Issue 12: with one breaker for the whole cluster, all 741 requests on healthy
 //! masters were denied.) Prints its figures (`--nocapture`) for the docs.
 
+mod load;
+
 use crate::common;
 use crate::metrics::value;
 use crate::reload::http_get;
@@ -23,11 +25,11 @@ use common::process::{Server, free_ports, tollgate};
 use common::redis::RedisCluster;
 use common::redis::custom::{pid_of, private_cluster};
 use common::server::{descriptor, request};
+use load::{Answer, Kind, Sample, percentile, worker};
 use tollgate::proto::RateLimitServiceClient;
-use tollgate::proto::rate_limit_response::Code;
 use tonic::transport::Channel;
 
-const DOMAIN: &str = "iso";
+pub(crate) const DOMAIN: &str = "iso";
 /// `deny`, so a fallback answer (OVER_LIMIT) cannot pass for a decided one (the limit
 /// is far out of reach: every decided answer is OK).
 const CONFIG: &str = "domain: iso\nfailure_mode: deny\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n";
@@ -38,37 +40,8 @@ const CONFIG: &str = "domain: iso\nfailure_mode: deny\ndescriptors:\n  - key: k\
 const TIMEOUT_MS: u64 = 300;
 /// Below the cluster's node timeout (2 s): no failover starts, the master comes back.
 const STALL: Duration = Duration::from_millis(1500);
-const WORKERS: usize = 12;
+pub(crate) const WORKERS: usize = 12;
 const KEYS_PER_MASTER: usize = 6;
-
-/// What a request touches: which masters its slot groups live on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// One descriptor on a healthy master.
-    Healthy,
-    /// Two descriptors on two different healthy masters (a cross-slot walk).
-    HealthyPair,
-    /// One descriptor on the stopped master.
-    Stopped,
-    /// One descriptor on a healthy master and one on the stopped one.
-    Mixed,
-}
-
-const KINDS: [Kind; 4] = [Kind::Healthy, Kind::HealthyPair, Kind::Stopped, Kind::Mixed];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Answer {
-    Ok,
-    OverLimit,
-    Error,
-}
-
-struct Sample {
-    kind: Kind,
-    sent: Instant,
-    latency: Duration,
-    answer: Answer,
-}
 
 /// SIGCONT on drop: a failing test never leaves a stopped redis-server behind.
 struct Stopped(u32);
@@ -134,59 +107,6 @@ fn values_by_master(cluster: &RedisCluster, masters: &[String]) -> Vec<Vec<Strin
     by_master
 }
 
-/// The descriptors of a request of `kind`, the `n`th of its worker.
-fn descriptors<'a>(
-    kind: Kind,
-    n: usize,
-    healthy: &'a [Vec<String>],
-    stopped: &'a [String],
-) -> Vec<&'a str> {
-    fn pick(values: &[String], n: usize) -> &str {
-        values[n % values.len()].as_str()
-    }
-    match kind {
-        Kind::Healthy => vec![pick(&healthy[n % 2], n / 2)],
-        Kind::HealthyPair => vec![pick(&healthy[0], n), pick(&healthy[1], n + 1)],
-        Kind::Stopped => vec![pick(stopped, n)],
-        Kind::Mixed => vec![pick(&healthy[n % 2], n), pick(stopped, n + 1)],
-    }
-}
-
-async fn worker(
-    mut clients: Vec<RateLimitServiceClient<Channel>>,
-    id: usize,
-    healthy: Arc<Vec<Vec<String>>>,
-    stopped: Arc<Vec<String>>,
-    stop: Arc<AtomicBool>,
-) -> Vec<Sample> {
-    let mut samples = Vec::new();
-    let mut n = id;
-    while !stop.load(Ordering::SeqCst) {
-        let kind = KINDS[n % KINDS.len()];
-        let values = descriptors(kind, n / KINDS.len(), &healthy, &stopped);
-        let entries: Vec<_> = values.iter().map(|v| descriptor(&[("k", v)])).collect();
-        let client = &mut clients[n % 2];
-        let sent = Instant::now();
-        let call = client.should_rate_limit(request(DOMAIN, entries));
-        let answer = match tokio::time::timeout(Duration::from_secs(3), call).await {
-            Ok(Ok(r)) => match Code::try_from(r.into_inner().overall_code) {
-                Ok(Code::Ok) => Answer::Ok,
-                Ok(Code::OverLimit) => Answer::OverLimit,
-                _ => Answer::Error,
-            },
-            _ => Answer::Error,
-        };
-        samples.push(Sample {
-            kind,
-            sent,
-            latency: sent.elapsed(),
-            answer,
-        });
-        n += WORKERS;
-    }
-    samples
-}
-
 /// One scrape of every server: the `tollgate_breaker_state` of each master.
 fn breaker_states(https: &[u16], masters: &[String]) -> Vec<Vec<f64>> {
     https
@@ -199,12 +119,6 @@ fn breaker_states(https: &[u16], masters: &[String]) -> Vec<Vec<f64>> {
                 .collect()
         })
         .collect()
-}
-
-fn percentile(latencies: &mut [Duration], p: f64) -> Duration {
-    latencies.sort();
-    let i = ((latencies.len() as f64 - 1.0) * p).round() as usize;
-    latencies.get(i).copied().unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
