@@ -1,18 +1,20 @@
-//! A circuit breaker around a store: after `failures_to_open` consecutive failures
-//! it stops calling the store for `open_for` and fails at once (well under a
-//! millisecond), then lets one probe through (half-open); a success closes it, a
-//! failure opens it again. An outage then costs each request nothing but the
-//! failure-mode decision, instead of a timeout each.
+//! Circuit breakers: after `failures_to_open` consecutive failures a breaker stops
+//! calls for `open_for` and fails them at once (well under a millisecond), then lets
+//! one probe through (half-open); a success closes it, a failure opens it again. An
+//! outage then costs each request nothing but the failure-mode decision, instead of
+//! a timeout each.
 //!
-//! Its state is published as `tollgate_breaker_state` on each transition (never per
-//! call). There is one breaker for the whole store today, labelled `node="all"`;
-//! per-node breakers (one per cluster master) will label it with the node.
+//! [`CircuitBreaker`] is the state machine for one node, usable around any call
+//! ([`CircuitBreaker::call`]); [`Breaker`] wraps a whole [`Store`] in one, labelled
+//! `node="all"` (standalone Redis and Sentinel, where there is one node). A cluster
+//! keeps one [`CircuitBreaker`] per master instead (`redis/nodes.rs`), so a stalled
+//! master fails only the calls meant for it. Each breaker's state is published as
+//! `tollgate_breaker_state{node}` on each transition (never per call).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{CounterOp, PingFuture, Store, StoreError, StoreFuture};
-use crate::algorithm::Decision;
 use crate::metrics::{BreakerGauge, BreakerState, Metrics};
 use crate::telemetry::ratelimited;
 
@@ -56,31 +58,33 @@ impl State {
     }
 }
 
-pub struct Breaker<S> {
-    inner: S,
+/// The breaker of one node (or of the whole store, as `node="all"`).
+pub struct CircuitBreaker {
+    /// What it protects, as its logs and its gauge name it (`host:port`, or `all`).
+    node: String,
     options: BreakerOptions,
     state: Mutex<State>,
-    /// `tollgate_breaker_state`, when the server has metrics.
+    /// `tollgate_breaker_state{node}`, when the server has metrics.
     gauge: Option<BreakerGauge>,
 }
 
-impl<S: Store> Breaker<S> {
-    pub fn new(inner: S, options: BreakerOptions) -> Self {
+impl CircuitBreaker {
+    /// A closed breaker for `node`; with `metrics`, its state is published from now.
+    pub fn new(node: &str, options: BreakerOptions, metrics: Option<&Arc<Metrics>>) -> Self {
+        let gauge = metrics.map(|m| m.breaker_state(node));
+        if let Some(gauge) = &gauge {
+            gauge.set(BreakerState::Closed);
+        }
         Self {
-            inner,
+            node: node.to_owned(),
             options,
             state: Mutex::new(State::Closed { failures: 0 }),
-            gauge: None,
+            gauge,
         }
     }
 
-    /// Publishes the state as `tollgate_breaker_state{node="all"}` (closed from now).
-    pub fn with_metrics(mut self, metrics: Option<&std::sync::Arc<Metrics>>) -> Self {
-        self.gauge = metrics.map(|m| m.breaker_state(ALL_NODES));
-        if let Some(gauge) = &self.gauge {
-            gauge.set(self.lock().reported());
-        }
-        self
+    pub fn node(&self) -> &str {
+        &self.node
     }
 
     /// Moves to `next`, publishing the state when its kind changes (a failure counted
@@ -122,13 +126,14 @@ impl<S: Store> Breaker<S> {
         }
     }
 
-    /// Runs `call` under the breaker. A probe whose caller goes away before it ends
-    /// (Envoy's own timeout drops the request) would leave the breaker half-open for
-    /// good, refusing everything; the guard hands the probe to the next caller instead.
-    async fn guarded(
+    /// Runs `call` under the breaker, or fails at once while it is open. A probe whose
+    /// caller goes away before it ends (Envoy's own timeout drops the request) would
+    /// leave the breaker half-open for good, refusing everything; the guard hands the
+    /// probe to the next caller instead.
+    pub async fn call<T>(
         &self,
-        call: impl Future<Output = Result<Vec<Decision>, StoreError>>,
-    ) -> Result<Vec<Decision>, StoreError> {
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         let probe = self.admit()?;
         let mut guard = ProbeGuard {
             breaker: self,
@@ -161,16 +166,17 @@ impl<S: Store> Breaker<S> {
 
     /// Logs the breaker opening and closing. Calls that were in flight when it opened
     /// fail too, each re-opening it: only a change of state is logged, and at most
-    /// once a second with the number not logged since.
+    /// once a second per node with the number not logged since.
     fn log_change(&self, before: State, after: State) {
         let was_open = !matches!(before, State::Closed { .. });
         match after {
             State::Open { .. } if !matches!(before, State::Open { .. }) => {
-                let Some(suppressed) = ratelimited::admit(&["circuit_open", "store"]) else {
+                let Some(suppressed) = ratelimited::admit(&["circuit_open", &self.node]) else {
                     return;
                 };
                 tracing::warn!(
                     event = "circuit_open",
+                    node = %self.node,
                     failures_to_open = self.options.failures_to_open,
                     open_for_ms = self.options.open_for.as_millis() as u64,
                     probe_failed = matches!(before, State::HalfOpen),
@@ -179,11 +185,12 @@ impl<S: Store> Breaker<S> {
                 );
             }
             State::Closed { failures: 0 } if was_open => {
-                let Some(suppressed) = ratelimited::admit(&["circuit_closed", "store"]) else {
+                let Some(suppressed) = ratelimited::admit(&["circuit_closed", &self.node]) else {
                     return;
                 };
                 tracing::info!(
                     event = "circuit_closed",
+                    node = %self.node,
                     suppressed,
                     "counter store answering again: circuit closed"
                 );
@@ -194,12 +201,12 @@ impl<S: Store> Breaker<S> {
 }
 
 /// Reopens a cancelled probe's breaker as already expired: the next call probes.
-struct ProbeGuard<'a, S: Store> {
-    breaker: &'a Breaker<S>,
+struct ProbeGuard<'a> {
+    breaker: &'a CircuitBreaker,
     armed: bool,
 }
 
-impl<S: Store> Drop for ProbeGuard<'_, S> {
+impl Drop for ProbeGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
             let mut state = self.breaker.lock();
@@ -213,13 +220,39 @@ impl<S: Store> Drop for ProbeGuard<'_, S> {
     }
 }
 
+/// A whole store behind one breaker, `node="all"`.
+pub struct Breaker<S> {
+    inner: S,
+    breaker: CircuitBreaker,
+}
+
+impl<S: Store> Breaker<S> {
+    pub fn new(inner: S, options: BreakerOptions) -> Self {
+        Self {
+            inner,
+            breaker: CircuitBreaker::new(ALL_NODES, options, None),
+        }
+    }
+
+    /// Publishes the state as `tollgate_breaker_state{node="all"}` (closed from now).
+    pub fn with_metrics(mut self, metrics: Option<&Arc<Metrics>>) -> Self {
+        self.breaker = CircuitBreaker::new(ALL_NODES, self.breaker.options, metrics);
+        self
+    }
+
+    /// Whether calls currently fail fast (for health and metrics).
+    pub fn is_open(&self) -> bool {
+        self.breaker.is_open()
+    }
+}
+
 impl<S: Store> Store for Breaker<S> {
     fn decide<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        Box::pin(self.guarded(self.inner.decide(ops)))
+        Box::pin(self.breaker.call(self.inner.decide(ops)))
     }
 
     fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
-        Box::pin(self.guarded(self.inner.dry_run(ops)))
+        Box::pin(self.breaker.call(self.inner.dry_run(ops)))
     }
 
     fn ping(&self) -> PingFuture<'_> {

@@ -1,7 +1,9 @@
 //! The store a server runs on: Redis (standalone or cluster) behind the circuit
 //! breaker and the local over-limit cache, or the in-memory store when no Redis is
 //! configured. The order matters: the cache answers known denials before anything
-//! else; the breaker sees only calls that really go to Redis. With metrics, the
+//! else; the breaker sees only calls that really go to Redis. A cluster has one
+//! breaker per master inside the store (`redis/nodes.rs`) and none around it, so
+//! one stalled master cannot open a breaker for every request. With metrics, the
 //! calls that pass the cache are timed and counted ([`Metered`]) on their way to the
 //! breaker (the memory store is metered too). Redis need not be up at start-up: the
 //! Redis store then fails fast until its background connector reaches it.
@@ -42,7 +44,7 @@ pub async fn build(
     // Redis away at start-up is not an error: the store fails fast and keeps
     // connecting, so a pod started during an outage serves by failure_mode instead of
     // crash-looping. Only settings no retry can fix stop the start.
-    let redis = RedisStore::start(options).await?;
+    let redis = RedisStore::start(options, breaker, metrics).await?;
     // The cache keeps only denials no refund can undo (store/cache.rs): on a cluster
     // no denial is known to be final, so there is nothing it may keep.
     let local_cache_bytes = if redis.refunds() {
@@ -53,13 +55,22 @@ pub async fn build(
     if redis.is_connected() {
         log_connected(options, breaker, local_cache_bytes);
     }
+    if redis.breaks_per_node() {
+        return Ok(metered(redis, metrics, local_cache_bytes));
+    }
     let protected = Breaker::new(redis, breaker).with_metrics(metrics);
+    Ok(metered(protected, metrics, local_cache_bytes))
+}
+
+/// `store` metered (with metrics) and behind the cache (with a budget).
+fn metered<S: Store>(
+    store: S,
+    metrics: Option<&Arc<Metrics>>,
+    local_cache_bytes: u64,
+) -> Arc<dyn Store> {
     match metrics {
-        Some(metrics) => Ok(cached(
-            Metered::new(protected, metrics.clone()),
-            local_cache_bytes,
-        )),
-        None => Ok(cached(protected, local_cache_bytes)),
+        Some(metrics) => cached(Metered::new(store, metrics.clone()), local_cache_bytes),
+        None => cached(store, local_cache_bytes),
     }
 }
 

@@ -1,23 +1,31 @@
 //! The Redis Cluster path. A request's counter operations are grouped by hash slot;
-//! each group is decided by one atomic batch-script call. A request with several
+//! each group is decided atomically by one segment of a batch-script call, which
+//! concurrent groups in the same slot share ([`super::slot_batch`]). A request with several
 //! groups acquires them one after another in ascending slot order and stops at the
 //! first group that denies; the groups it already consumed are then refunded
 //! ([`super::refund`]), so a denied request consumes nothing. A single group is one
 //! call; dry runs consume nothing and ask every group at once.
+//!
+//! Every group call is bounded by the request's deadline and made under the breaker
+//! of the master serving its slot ([`super::nodes`]): a stalled master fails only
+//! the requests with a group on it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use prometheus_client::metrics::counter::Counter;
 use redis::cluster_async::ClusterConnection;
 use tokio::time::{Instant, timeout_at};
 
-use super::connect::describe;
 use super::keys;
+use super::nodes::Nodes;
 use super::refund::RefundGuard;
-use super::scripts::{self, Reply, Segment, WireOp};
+use super::scripts::{Reply, WireOp};
+use super::slot_batch::SlotBatchers;
 use crate::algorithm::Decision;
+use crate::metrics::Metrics;
+use crate::store::breaker::BreakerOptions;
 use crate::store::{CounterOp, StoreError};
 
 /// A cluster connection (redis-rs follows MOVED/ASK and retries TRYAGAIN).
@@ -26,22 +34,41 @@ pub struct Cluster {
     /// The store's per-call budget: it bounds each refund attempt, which may outlive
     /// the request that made it.
     timeout: Duration,
-    /// Refunded operations given up on (a counter left high until its window ends).
-    abandoned: Arc<AtomicU64>,
+    /// Refunded operations given up on (a counter left high until its window ends):
+    /// `tollgate_refunds_abandoned_total` when the server has metrics.
+    abandoned: Counter,
+    /// Each master's breaker, by slot.
+    nodes: Arc<Nodes>,
+    /// One queue per slot: concurrent groups in a slot share a call.
+    batchers: SlotBatchers,
 }
 
 impl Cluster {
-    pub fn new(connection: ClusterConnection, timeout: Duration) -> Self {
+    /// The cluster path over `connection`, with a breaker of `breaker` options per
+    /// master (their states, failures and abandoned refunds go to `metrics`).
+    pub async fn start(
+        connection: ClusterConnection,
+        timeout: Duration,
+        breaker: BreakerOptions,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Self {
+        let abandoned = metrics
+            .as_ref()
+            .map(|m| m.refunds_abandoned())
+            .unwrap_or_default();
+        let nodes = Nodes::start(connection.clone(), breaker, metrics).await;
         Self {
+            batchers: SlotBatchers::new(connection.clone(), timeout),
             connection,
             timeout,
-            abandoned: Arc::new(AtomicU64::new(0)),
+            abandoned,
+            nodes,
         }
     }
 
     /// Refunded operations that could not be given back (see [`super::refund`]).
     pub fn refunds_abandoned(&self) -> u64 {
-        self.abandoned.load(Ordering::Relaxed)
+        self.abandoned.get()
     }
 
     /// Decides `ops` (whose encoded keys are `keys`), all or nothing across slots, by
@@ -185,7 +212,7 @@ impl Cluster {
         Ok(())
     }
 
-    /// [`Cluster::run_group`] by `deadline`.
+    /// [`Cluster::run_group`] by `deadline`, under the breaker of the group's master.
     async fn bounded(
         &self,
         keys: &[String],
@@ -194,34 +221,32 @@ impl Cluster {
         dry_run: bool,
         deadline: Instant,
     ) -> Result<Vec<Reply>, StoreError> {
-        timeout_at(deadline, self.run_group(keys, ops, indices, dry_run))
-            .await
-            .unwrap_or(Err(StoreError::Timeout(self.timeout)))
+        let Some(&first) = indices.first() else {
+            return Ok(Vec::new());
+        };
+        let slot = slot_of(&keys[first]);
+        let call = async {
+            timeout_at(deadline, self.run_group(slot, keys, ops, indices, dry_run))
+                .await
+                .unwrap_or(Err(StoreError::Timeout(self.timeout)))
+        };
+        self.nodes.call(slot, call).await
     }
 
-    /// One batch script call for the operations `indices` of `ops` (one slot).
+    /// The operations `indices` of `ops` (all in `slot`), in the slot's shared call.
     async fn run_group(
         &self,
+        slot: u16,
         keys: &[String],
         ops: &[CounterOp],
         indices: &[usize],
         dry_run: bool,
     ) -> Result<Vec<Reply>, StoreError> {
-        let group_keys: Vec<&str> = indices.iter().map(|&i| keys[i].as_str()).collect();
+        let group_keys: Vec<String> = indices.iter().map(|&i| keys[i].clone()).collect();
         let group_ops: Vec<WireOp> = indices.iter().map(|&i| WireOp::new(&ops[i])).collect();
-        let cmd = scripts::batch_cmd(
-            &[Segment {
-                keys: &group_keys,
-                ops: &group_ops,
-                dry_run,
-            }],
-            None,
-        );
-        let values: Vec<i64> =
-            scripts::evalsha(&mut self.connection.clone(), &cmd, &scripts::BATCH)
-                .await
-                .map_err(|e| StoreError::Unavailable(describe(&e)))?;
-        scripts::parse_batch_reply(&values, indices.len()).map_err(StoreError::Unavailable)
+        self.batchers
+            .decide(slot, group_keys, group_ops, dry_run)
+            .await
     }
 }
 

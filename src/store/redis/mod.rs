@@ -1,7 +1,9 @@
 //! The Redis store, standalone (direct or through Sentinel) or cluster. A standalone
 //! server decides a whole request in one script call, shared with the requests
 //! queued beside it (`batcher.rs`); a cluster splits it by hash slot and acquires the
-//! groups in slot order (`cluster.rs`, refunds in `refund.rs`).
+//! groups in slot order (`cluster.rs`, refunds in `refund.rs`), each call under the
+//! circuit breaker of the master serving its slot (`nodes.rs`, slot map in
+//! `slots.rs`); a standalone store gets one breaker around it (`store/stack.rs`).
 //! This module connects, picks the path, bounds each request by the store's timeout
 //! and answers readiness probes (node by node, `connect/probe.rs`).
 //!
@@ -16,8 +18,11 @@ mod cluster;
 pub mod connect;
 pub mod inspect;
 pub mod keys;
+mod nodes;
 mod refund;
 pub mod scripts;
+mod slot_batch;
+mod slots;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -27,8 +32,10 @@ use self::cluster::Cluster;
 use self::connect::probe::Probe;
 use self::connect::{Connection, RedisOptions};
 use self::scripts::WireOp;
+use super::breaker::BreakerOptions;
 use super::{CounterOp, PingFuture, Store, StoreError, StoreFuture};
 use crate::algorithm::Decision;
+use crate::metrics::Metrics;
 use crate::telemetry::ratelimited;
 
 pub use connect::RedisTarget;
@@ -52,6 +59,14 @@ enum Backend {
     Cluster(Cluster),
 }
 
+/// What a cluster's per-master breakers are made with (a standalone store is
+/// protected from outside, by one breaker around the whole store).
+#[derive(Clone, Default)]
+struct Protection {
+    breaker: BreakerOptions,
+    metrics: Option<Arc<Metrics>>,
+}
+
 pub struct RedisStore {
     /// Set once: at start, or by the background connector when Redis arrives. Empty
     /// means not reached yet, and every call fails fast.
@@ -73,17 +88,29 @@ impl RedisStore {
     /// tests). The server uses [`RedisStore::start`].
     pub async fn connect(options: &RedisOptions) -> Result<Self, StoreError> {
         keys::check_prefix(&options.key_prefix).map_err(StoreError::Unavailable)?;
-        let backend = open(options).await.map_err(StoreError::Unavailable)?;
+        let backend = open(options, &Protection::default())
+            .await
+            .map_err(StoreError::Unavailable)?;
         Ok(Self::new(options, Arc::new(OnceLock::from(backend)), None))
     }
 
     /// Connects now if Redis answers; otherwise returns a store that fails every call
     /// at once while a background task keeps connecting (with backoff) and loads the
     /// scripts when it gets through. Errors only for settings no retry can fix.
-    pub async fn start(options: &RedisOptions) -> Result<Self, StoreError> {
+    /// A cluster's masters each get a breaker of `breaker` options, published to
+    /// `metrics`; a standalone store's breaker is the caller's (see [`Self::breaks_per_node`]).
+    pub async fn start(
+        options: &RedisOptions,
+        breaker: BreakerOptions,
+        metrics: Option<&Arc<Metrics>>,
+    ) -> Result<Self, StoreError> {
         keys::check_prefix(&options.key_prefix).map_err(StoreError::Unavailable)?;
         connect::check(options).map_err(StoreError::Unavailable)?;
-        let error = match open(options).await {
+        let protection = Protection {
+            breaker,
+            metrics: metrics.cloned(),
+        };
+        let error = match open(options, &protection).await {
             Ok(backend) => return Ok(Self::new(options, Arc::new(OnceLock::from(backend)), None)),
             Err(error) if connect::refused_by_settings(&error) => {
                 return Err(StoreError::Unavailable(error));
@@ -96,7 +123,7 @@ impl RedisStore {
             "Redis is not reachable: serving by each domain's failure_mode and connecting in the background"
         );
         let cell = Arc::new(OnceLock::new());
-        let connector = tokio::spawn(keep_connecting(options.clone(), cell.clone()));
+        let connector = tokio::spawn(keep_connecting(options.clone(), protection, cell.clone()));
         Ok(Self::new(options, cell, Some(connector.abort_handle())))
     }
 
@@ -129,6 +156,13 @@ impl RedisStore {
     /// over-limit cache must not keep such denials (`store/stack.rs`).
     pub fn refunds(&self) -> bool {
         // Known from the settings, so also before Redis is first reached.
+        self.cluster
+    }
+
+    /// Whether each node has a circuit breaker of its own inside the store (a
+    /// cluster's masters), so no breaker may wrap the whole store: one stalled master
+    /// would open it for every request.
+    pub fn breaks_per_node(&self) -> bool {
         self.cluster
     }
 
@@ -184,7 +218,7 @@ impl Drop for RedisStore {
 }
 
 /// Connects, loads the scripts everywhere and picks the path by the server kind.
-async fn open(options: &RedisOptions) -> Result<Backend, String> {
+async fn open(options: &RedisOptions, protection: &Protection) -> Result<Backend, String> {
     let mut connection = connect::connect(options).await?;
     // Load the scripts everywhere now (on a cluster SCRIPT LOAD reaches every node),
     // so the first burst of traffic does not meet NOSCRIPT all at once and resend
@@ -200,7 +234,15 @@ async fn open(options: &RedisOptions) -> Result<Backend, String> {
         .map_err(|_| "loading the scripts timed out".to_owned())?
         .map_err(|e| format!("cannot load the scripts: {}", connect::describe(&e)))?;
     Ok(match connection {
-        Connection::Cluster(c) => Backend::Cluster(Cluster::new(c, options.timeout)),
+        Connection::Cluster(c) => Backend::Cluster(
+            Cluster::start(
+                c,
+                options.timeout,
+                protection.breaker,
+                protection.metrics.clone(),
+            )
+            .await,
+        ),
         standalone => Backend::Standalone(Batcher::start(standalone, options.timeout)),
     })
 }
@@ -209,14 +251,18 @@ async fn open(options: &RedisOptions) -> Result<Backend, String> {
 /// after each failure (with jitter, so replicas started together spread out), then
 /// hands the backend to the store and ends. Failures are logged at most once a
 /// second, with how many were not.
-async fn keep_connecting(options: RedisOptions, cell: Arc<OnceLock<Backend>>) {
+async fn keep_connecting(
+    options: RedisOptions,
+    protection: Protection,
+    cell: Arc<OnceLock<Backend>>,
+) {
     let mut wait = RETRY_FIRST;
     let mut attempts: u64 = 1;
     loop {
         let jitter = wait.mul_f64(fastrand::f64() * 0.2);
         tokio::time::sleep(wait + jitter).await;
         attempts += 1;
-        match open(&options).await {
+        match open(&options, &protection).await {
             Ok(backend) => {
                 let _ = cell.set(backend);
                 tracing::info!(

@@ -13,11 +13,10 @@
 //! window or bucket moves on: under-admission, the safe direction. The same holds for
 //! the group whose own call timed out: it may have consumed, and nothing names it.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use prometheus_client::metrics::counter::Counter;
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::time::{Instant, timeout, timeout_at};
@@ -38,7 +37,7 @@ const BACKOFF: Duration = Duration::from_millis(5);
 pub struct RefundGuard {
     connection: ClusterConnection,
     attempt_timeout: Duration,
-    abandoned: Arc<AtomicU64>,
+    abandoned: Counter,
     owed: Vec<Vec<Refund>>,
 }
 
@@ -46,7 +45,7 @@ impl RefundGuard {
     pub fn new(
         connection: ClusterConnection,
         attempt_timeout: Duration,
-        abandoned: Arc<AtomicU64>,
+        abandoned: Counter,
     ) -> Self {
         Self {
             connection,
@@ -124,7 +123,7 @@ async fn refund_group(
     mut connection: ClusterConnection,
     group: Vec<Refund>,
     attempt_timeout: Duration,
-    abandoned: &AtomicU64,
+    abandoned: &Counter,
 ) {
     let refs: Vec<&Refund> = group.iter().collect();
     let cmd = scripts::refund_cmd(&refs);
@@ -141,7 +140,7 @@ async fn refund_group(
             Err(_) => break format!("timed out after {attempt_timeout:?}"),
         }
     };
-    abandoned.fetch_add(group.len() as u64, Ordering::Relaxed);
+    abandoned.inc_by(group.len() as u64);
     if let Some(suppressed) = ratelimited::admit(&["refund_abandoned"]) {
         tracing::warn!(
             event = "refund_abandoned",

@@ -1,0 +1,210 @@
+//! Failure isolation per cluster master: every slot group's call is made under the
+//! circuit breaker of the master serving its slot, and its failures are counted for
+//! that master. One stalled master (SIGSTOP, a long fork, a saturated NIC) then
+//! fails only the calls meant for it: after `failures_to_open` of them its breaker
+//! opens and those fail at once, while groups on the other masters are decided as
+//! usual. A request with a group on that master follows its domain's failure_mode;
+//! one whose groups all live elsewhere never notices. (With one breaker for the
+//! whole cluster, issue 12 saw every request denied while one master of three was
+//! stopped.)
+//!
+//! Which master serves a slot comes from `CLUSTER SLOTS` ([`SlotMap`]), asked when
+//! the cluster is reached, every [`REFRESH_EVERY`], and soon after a call fails (at
+//! most once per [`REFRESH_GAP`]), since a failure is how a failover shows first.
+//! The map only attributes calls: redis-rs still routes them by its own map and
+//! follows MOVED and ASK. Between a failover and the next refresh the new master's
+//! calls are counted against the old one's breaker; a success there (its half-open
+//! probe reaching the new master through redis-rs) closes it again. Slots the map
+//! does not know (before the first answer) share one breaker, `unmapped`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use redis::cluster_async::ClusterConnection;
+
+use super::connect::describe;
+use super::slots::SlotMap;
+use crate::metrics::Metrics;
+use crate::store::StoreError;
+use crate::store::breaker::{BreakerOptions, CircuitBreaker};
+use crate::telemetry::Json;
+
+/// How often the slot map is asked for while nothing fails: a topology change with
+/// no failed call (a planned resharding) is seen within this.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
+/// The shortest time between two refreshes caused by failures: a stalled master
+/// fails calls continuously, and one question a second is plenty.
+pub const REFRESH_GAP: Duration = Duration::from_secs(1);
+/// Bound on one `CLUSTER SLOTS`: it may be routed to the stalled master itself.
+const REFRESH_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The breaker of slots the map has no master for.
+pub const UNMAPPED: &str = "unmapped";
+
+pub struct Nodes {
+    connection: ClusterConnection,
+    options: BreakerOptions,
+    metrics: Option<Arc<Metrics>>,
+    known: RwLock<Known>,
+    /// One refresh at a time; and when the last one started, in ms since `epoch`.
+    refreshing: AtomicBool,
+    last_refresh_ms: AtomicU64,
+    epoch: Instant,
+}
+
+struct Known {
+    map: SlotMap,
+    breakers: HashMap<String, Arc<CircuitBreaker>>,
+    unmapped: Arc<CircuitBreaker>,
+}
+
+impl Nodes {
+    /// Per-master breakers for `connection`, the slot map asked for now (bounded)
+    /// and then kept fresh by a task that ends when the returned `Nodes` is dropped.
+    pub async fn start(
+        connection: ClusterConnection,
+        options: BreakerOptions,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Arc<Self> {
+        let nodes = Arc::new(Nodes {
+            known: RwLock::new(Known {
+                map: SlotMap::default(),
+                breakers: HashMap::new(),
+                unmapped: Arc::new(CircuitBreaker::new(UNMAPPED, options, None)),
+            }),
+            connection,
+            options,
+            metrics,
+            refreshing: AtomicBool::new(false),
+            last_refresh_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        });
+        nodes.refresh().await;
+        tokio::spawn(keep_fresh(Arc::downgrade(&nodes)));
+        nodes
+    }
+
+    /// The breaker of the master serving `slot`.
+    pub fn breaker(&self, slot: u16) -> Arc<CircuitBreaker> {
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        known
+            .map
+            .master_of(slot)
+            .and_then(|master| known.breakers.get(master))
+            .unwrap_or(&known.unmapped)
+            .clone()
+    }
+
+    /// Runs `call` (one slot group on `slot`) under its master's breaker; a failure is
+    /// counted for that master and asks for a fresh slot map soon.
+    pub async fn call<T>(
+        self: &Arc<Self>,
+        slot: u16,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let breaker = self.breaker(slot);
+        let result = breaker.call(call).await;
+        if let Err(error) = &result {
+            if let Some(metrics) = &self.metrics {
+                metrics.node_error(breaker.node(), error.kind());
+            }
+            // Refused by an open breaker: no new evidence about the topology.
+            if !matches!(error, StoreError::CircuitOpen(_)) {
+                self.refresh_soon();
+            }
+        }
+        result
+    }
+
+    fn refresh_soon(self: &Arc<Self>) {
+        let now = self.epoch.elapsed().as_millis() as u64;
+        let last = self.last_refresh_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < REFRESH_GAP.as_millis() as u64 {
+            return;
+        }
+        let nodes = self.clone();
+        tokio::spawn(async move { nodes.refresh().await });
+    }
+
+    /// Asks any node for `CLUSTER SLOTS` and installs the answer; on failure keeps
+    /// the map it had (logged at debug: the failing calls are logged already).
+    async fn refresh(&self) {
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Cleared however this ends, also when the future is dropped mid-way.
+        let _refreshing = Refreshing(&self.refreshing);
+        self.last_refresh_ms
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let ask = redis::cmd("CLUSTER").arg("SLOTS").clone();
+        let mut connection = self.connection.clone();
+        let answer =
+            tokio::time::timeout(REFRESH_TIMEOUT, ask.query_async::<Value>(&mut connection)).await;
+        let parsed = match answer {
+            Ok(Ok(reply)) => SlotMap::parse(&reply),
+            Ok(Err(e)) => Err(describe(&e)),
+            Err(_) => Err(format!("no answer within {REFRESH_TIMEOUT:?}")),
+        };
+        match parsed {
+            Ok(map) if !map.is_empty() => self.install(map),
+            Ok(_) => tracing::debug!("CLUSTER SLOTS listed no master; keeping the slot map"),
+            Err(error) => tracing::debug!(%error, "CLUSTER SLOTS failed; keeping the slot map"),
+        }
+    }
+
+    /// Installs `map`: a breaker for each new master (closed), the same breaker for a
+    /// master still there (its state is the point), none for one that left.
+    fn install(&self, map: SlotMap) {
+        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+        if known.map == map {
+            return;
+        }
+        let masters = map.masters();
+        let mut breakers = HashMap::with_capacity(masters.len());
+        for master in masters {
+            let breaker = known.breakers.remove(master).unwrap_or_else(|| {
+                Arc::new(CircuitBreaker::new(
+                    master,
+                    self.options,
+                    self.metrics.as_ref(),
+                ))
+            });
+            breakers.insert(master.to_owned(), breaker);
+        }
+        for gone in known.breakers.keys() {
+            if let Some(metrics) = &self.metrics {
+                metrics.node_gone(gone);
+            }
+        }
+        let mut names: Vec<&str> = breakers.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        tracing::info!(
+            event = "cluster_slot_map",
+            masters = %Json(&names),
+            "Redis Cluster slot map learnt: one circuit breaker per master"
+        );
+        known.breakers = breakers;
+        known.map = map;
+    }
+}
+
+/// Clears the one-refresh-at-a-time flag when dropped.
+struct Refreshing<'a>(&'a AtomicBool);
+
+impl Drop for Refreshing<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Refreshes every [`REFRESH_EVERY`] while the [`Nodes`] lives.
+async fn keep_fresh(nodes: Weak<Nodes>) {
+    loop {
+        tokio::time::sleep(REFRESH_EVERY).await;
+        let Some(nodes) = nodes.upgrade() else { return };
+        nodes.refresh().await;
+    }
+}
