@@ -12,7 +12,7 @@
 mod load;
 
 use crate::common;
-use crate::metrics::value;
+use crate::common::prometheus::value;
 use crate::reload::http_get;
 
 use std::path::Path;
