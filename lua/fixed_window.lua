@@ -11,8 +11,8 @@ function fixed_window.load(key)
 end
 
 function fixed_window.decide(s, p, now_ms, cost)
-  local window = math.max(math.floor(p.window / 1000), 1)
-  local now = math.floor(now_ms / 1000)
+  local window = max(floor(p.window / 1000), 1)
+  local now = floor(now_ms / 1000)
   local start = now - (now % window)
   local count = s.c
   if s.w ~= start then count = 0 end
@@ -23,22 +23,26 @@ function fixed_window.decide(s, p, now_ms, cost)
   end
   local retry = -1
   if cost <= p.limit then retry = reset_ms end
+  if s.w == start then return s, false, 0, reset_ms, retry, 0 end
   return { w = start, c = count }, false, 0, reset_ms, retry, 0
 end
 
 function fixed_window.token(s) return s.w end
 
--- TTL: the rest of the window.
-function fixed_window.save(key, s, p, now_ms, injected)
+-- TTL: the rest of the window, an instant fixed by w: a key stored in the same
+-- window already has it (HSET keeps a TTL), so only a new window sets it.
+function fixed_window.save(key, s, p, now_ms, injected, _, stored)
   redis.call('HSET', key, 'w', s.w, 'c', s.c)
-  local window = math.max(math.floor(p.window / 1000), 1)
-  pexpire(key, (s.w + window) * 1000 - now_ms, injected)
+  if stored.w ~= s.w then
+    local window = max(floor(p.window / 1000), 1)
+    pexpire(key, (s.w + window) * 1000 - now_ms, injected)
+  end
 end
 
 function fixed_window.refund(key, p, token, cost)
   local h = redis.call('HMGET', key, 'w', 'c')
   if tonumber(h[1]) == token then
-    local back = math.min(tonumber(h[2]) or 0, cost)
+    local back = min(tonumber(h[2]) or 0, cost)
     if back > 0 then redis.call('HINCRBY', key, 'c', -back) end
   end
 end

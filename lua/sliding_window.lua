@@ -43,20 +43,21 @@ end
 
 function sliding_window.token(s) return s.start end
 
--- TTL: two windows from the current one's start (then neither count matters).
-function sliding_window.save(key, s, p, now_ms, injected)
+-- TTL: two windows from the current one's start (then neither count matters), an
+-- instant fixed by the start: a key stored in the same window already has it.
+function sliding_window.save(key, s, p, now_ms, injected, _, stored)
   redis.call('HSET', key, 's', s.start, 'p', s.prev, 'c', s.curr)
-  pexpire(key, s.start + 2 * p.window - now_ms, injected)
+  if stored.start ~= s.start then pexpire(key, s.start + 2 * p.window - now_ms, injected) end
 end
 
 function sliding_window.refund(key, p, token, cost)
   local h = redis.call('HMGET', key, 's', 'p', 'c')
   local start = tonumber(h[1])
   if start == token then
-    local back = math.min(tonumber(h[3]) or 0, cost)
+    local back = min(tonumber(h[3]) or 0, cost)
     if back > 0 then redis.call('HINCRBY', key, 'c', -back) end
   elseif start == token + p.window then
-    local back = math.min(tonumber(h[2]) or 0, cost)
+    local back = min(tonumber(h[2]) or 0, cost)
     if back > 0 then redis.call('HINCRBY', key, 'p', -back) end
   end
 end
