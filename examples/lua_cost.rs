@@ -181,10 +181,11 @@ fn measure(
         let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con)?;
         for _ in 0..calls.div_ceil(ROUNDS) {
             let values: Vec<i64> = cmd.query(con)?;
-            if values.len() != 6 * n {
+            if let Err(e) = scripts::parse_batch_reply(&values, n) {
                 return Err(redis::RedisError::from((
                     redis::ErrorKind::Client,
-                    "a reply of 6 values per operation",
+                    "malformed reply",
+                    e,
                 )));
             }
         }

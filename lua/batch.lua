@@ -6,17 +6,19 @@
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
 -- ARGV[2]   S, the number of segments.
--- ARGV      then 2 values per segment s, at 2 + 2*(s-1) + 1 ..: its operation count,
---           and "1" for a dry run (decide, write nothing: the request is already
---           denied elsewhere, only true statuses are wanted) else "0".
--- ARGV      then 2 values per operation i, at 2 + 2*S + 2*(i-1) + 1 ..:
+-- ARGV      then 1 value per segment s, at 2 + s: its operation count, negated for a
+--           dry run (decide, write nothing: the request is already denied elsewhere,
+--           only true statuses are wanted).
+-- ARGV      then 2 values per operation i, at 2 + S + 2*(i-1) + 1 ..:
 --             its spec "id:limit:window ms:burst:max delay ms (-1 = none):vetoes (1/0)"
---             and its cost. The id indexes `algorithms`, which is not in this file:
+--             and its cost. The id is looked up with `algorithm(id)`, not in this file:
 --             scripts.rs generates it from the Rust list (src/algorithm/mod.rs) and
 --             puts it before this entry point.
--- Returns   6 integers per operation, in order:
---             allowed (1/0), remaining, reset ms, retry ms (-1 = never),
---             delay us (leaky bucket), refund token
+-- Returns   4 integers per operation, in order:
+--             remaining if allowed else -1, reset ms,
+--             if allowed the delay us (leaky bucket) else the retry ms (-1 = never),
+--             refund token
+--           (a denial always has 0 remaining and no delay, an admission no retry)
 --
 -- Why atomic: a script runs alone on its server, so no other client's operation can
 -- land between the checks and the writes. The clock is read once, inside, so all
@@ -32,9 +34,11 @@
 -- the service's cost in Redis. A counter is read from Redis once per call and its
 -- final state written once, at the end (every segment in between works on the state
 -- kept here); a spec is parsed once per call (the rules of one call repeat) into the
--- one table its operations share; an operation allocates nothing but its new state.
+-- one table its operations share; an operation allocates nothing but its new state,
+-- and the common request of one operation takes a path without tables of its own.
 
-local REPLY = 6
+local KEYS, ARGV, tonumber = KEYS, ARGV, tonumber
+local REPLY = 4
 local out = {}
 
 local now_ms, now_us
@@ -49,14 +53,15 @@ else
 end
 
 local segments = tonumber(ARGV[2])
-local OPS = 2 + 2 * segments
+-- ARGV[SPEC + 2 * i] is operation i's spec, ARGV[SPEC + 2 * i + 1] its cost.
+local SPEC = 1 + segments
 
 -- Parsed specs by their text: Lua interns strings, so a repeated spec is one lookup.
 local specs = {}
 local function parse(text)
   local id, limit, window, burst, max_delay, vetoes =
     string.match(text, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):([01])$')
-  local algo = algorithms[tonumber(id)]
+  local algo = algorithm(tonumber(id))
   if algo == nil then return nil end
   local p = {
     algo = algo, limit = tonumber(limit), window = tonumber(window), burst = tonumber(burst),
@@ -66,12 +71,10 @@ local function parse(text)
   return p
 end
 
--- Every spec is checked before anything is decided, so a malformed call fails whole.
-for i = 1, #KEYS do
-  local text = ARGV[OPS + 2 * i - 1]
-  if specs[text] == nil and parse(text or '') == nil then
-    return redis.error_reply('tollgate: malformed operation spec ' .. tostring(text))
-  end
+-- Operation i's spec, parsed on its first use in the call; nil if malformed.
+local function spec(i)
+  local text = ARGV[SPEC + 2 * i]
+  return specs[text] or parse(text or '')
 end
 
 -- Per counter, across the whole call: its committed state (`false` = none stored),
@@ -79,35 +82,30 @@ end
 -- lists the changed counters in the order of their first change.
 local state, stored, writer, dirty = {}, {}, {}, {}
 
-local function current(key, p)
-  local s = state[key]
-  if s == nil then
-    s = p.algo.load(key, p, now_ms)
-    state[key] = s
-    stored[key] = s
-  end
+local function load(key, p)
+  local s = p.algo.load(key, p, now_ms)
+  state[key] = s
+  stored[key] = s
   return s
 end
 
-local function commit(key, s, p)
-  if writer[key] == nil then dirty[#dirty + 1] = key end
-  state[key] = s
-  writer[key] = p
-end
-
--- Decides operation i against s and writes its reply; returns the new state and
--- whether it was allowed.
+-- Decides operation i of spec p against s and writes its reply; returns the new state
+-- and whether it was allowed.
 local function decide(i, p, s)
   local algo = p.algo
   local new, allowed, remaining, reset, retry, delay =
-    algo.decide(s, p, now_ms, tonumber(ARGV[OPS + 2 * i]), i)
+    algo.decide(s, p, now_ms, tonumber(ARGV[SPEC + 2 * i + 1]), i)
   local r = REPLY * (i - 1)
-  out[r + 1] = allowed and 1 or 0
-  out[r + 2] = remaining
-  out[r + 3] = reset
-  out[r + 4] = retry
-  out[r + 5] = delay
-  out[r + 6] = allowed and algo.token(new) or 0
+  if allowed then
+    out[r + 1] = remaining
+    out[r + 3] = delay
+    out[r + 4] = algo.token(new)
+  else
+    out[r + 1] = -1
+    out[r + 3] = retry
+    out[r + 4] = 0
+  end
+  out[r + 2] = reset
   return new, allowed
 end
 
@@ -116,56 +114,75 @@ end
 local function unwind(i, p, s)
   local _, _, remaining, reset = p.algo.decide(s, p, now_ms, 0, i)
   local r = REPLY * (i - 1)
-  out[r + 2] = remaining
-  out[r + 3] = reset
-  out[r + 5] = 0
+  out[r + 1] = remaining
+  out[r + 2] = reset
+  out[r + 3] = 0
 end
 
--- Decides operations first..last (global indices: replies, refund tokens and
--- sliding-log members stay unique across the whole call).
-local function segment(first, last, dry)
-  if first == last then
-    -- One operation (one descriptor per request is the common case): no tables.
-    local key, p = KEYS[first], specs[ARGV[OPS + 2 * first - 1]]
-    local s = current(key, p)
-    local new, allowed = decide(first, p, s)
-    if allowed then
-      if dry then unwind(first, p, s) else commit(key, new, p) end
-    end
-    return
-  end
-  local tentative, last_writer = {}, {}
-  local vetoed = dry
-  for i = first, last do
-    local key, p = KEYS[i], specs[ARGV[OPS + 2 * i - 1]]
-    local s = tentative[key]
-    if s == nil then s = current(key, p) end
-    local new, allowed = decide(i, p, s)
-    tentative[key] = new
-    if allowed then
-      last_writer[key] = p
-    elseif p.vetoes then
-      vetoed = true
-    end
-  end
-  if vetoed then
-    for i = first, last do
-      if out[REPLY * (i - 1) + 1] == 1 then
-        local key, p = KEYS[i], specs[ARGV[OPS + 2 * i - 1]]
-        unwind(i, p, state[key])
-      end
-    end
-  else
-    -- A counter only denied in this segment keeps its state (a denial changes none).
-    for key, p in pairs(last_writer) do commit(key, tentative[key], p) end
-  end
+-- Writes happen only after every segment is decided, so a malformed operation fails
+-- the whole call, having written nothing (a sliding log's load may have trimmed hits
+-- that had already left its window: the same log to every reader).
+local function malformed(i)
+  return redis.error_reply('tollgate: malformed operation spec ' .. tostring(ARGV[SPEC + 2 * i]))
 end
 
 local first = 1
-for s = 1, segments do
-  local n = tonumber(ARGV[2 + 2 * (s - 1) + 1])
-  segment(first, first + n - 1, ARGV[2 + 2 * (s - 1) + 2] == '1')
-  first = first + n
+for seg = 1, segments do
+  local n = tonumber(ARGV[2 + seg])
+  local dry = n < 0
+  if dry then n = -n end
+  local last = first + n - 1
+  if n == 1 then
+    -- One operation (one descriptor per request is the common case): no tables.
+    local key, p = KEYS[first], spec(first)
+    if p == nil then return malformed(first) end
+    local s = state[key]
+    if s == nil then s = load(key, p) end
+    local new, allowed = decide(first, p, s)
+    if allowed then
+      if dry then
+        unwind(first, p, s)
+      else
+        if writer[key] == nil then dirty[#dirty + 1] = key end
+        state[key] = new
+        writer[key] = p
+      end
+    end
+  elseif n > 1 then
+    local tentative, last_writer = {}, {}
+    local vetoed = dry
+    for i = first, last do
+      local key, p = KEYS[i], spec(i)
+      if p == nil then return malformed(i) end
+      local s = tentative[key]
+      if s == nil then
+        s = state[key]
+        if s == nil then s = load(key, p) end
+      end
+      local new, allowed = decide(i, p, s)
+      tentative[key] = new
+      if allowed then
+        last_writer[key] = p
+      elseif p.vetoes then
+        vetoed = true
+      end
+    end
+    if vetoed then
+      for i = first, last do
+        if out[REPLY * (i - 1) + 1] >= 0 then
+          unwind(i, specs[ARGV[SPEC + 2 * i]], state[KEYS[i]])
+        end
+      end
+    else
+      -- A counter only denied in this segment keeps its state (a denial changes none).
+      for key, p in pairs(last_writer) do
+        if writer[key] == nil then dirty[#dirty + 1] = key end
+        state[key] = tentative[key]
+        writer[key] = p
+      end
+    end
+  end
+  first = last + 1
 end
 
 -- Each changed counter's final state is written once, with its TTL.
@@ -173,7 +190,7 @@ for _, key in ipairs(dirty) do
   local p = writer[key]
   local tokens = p.algo.save(key, state[key], p, now_ms, injected, now_us, stored[key])
   if tokens then
-    for j, token in pairs(tokens) do out[REPLY * (j - 1) + 6] = token end
+    for j, token in pairs(tokens) do out[REPLY * (j - 1) + 4] = token end
   end
 end
 return out

@@ -5,7 +5,7 @@
 -- ARGV      3 values per operation i: the 2 of batch.lua (its spec
 --           "id:limit:window ms:burst:max delay ms:vetoes", and its cost), then the
 --           refund token batch.lua returned for it. One layout for both scripts means
---           one encoder in scripts.rs; `algorithms` is generated there, as for
+--           one encoder in scripts.rs; `algorithm(id)` is generated there, as for
 --           batch.lua.
 -- Returns   the number of operations processed
 --
@@ -16,7 +16,7 @@
 for i = 1, #KEYS do
   local a = 3 * (i - 1)
   local id, limit, window, burst = string.match(ARGV[a + 1] or '', '^(%d+):(%d+):(%d+):(%d+):')
-  local algo = algorithms[tonumber(id)]
+  local algo = algorithm(tonumber(id))
   if algo ~= nil then
     local p = { limit = tonumber(limit), window = tonumber(window), burst = tonumber(burst) }
     algo.refund(KEYS[i], p, tonumber(ARGV[a + 3]), tonumber(ARGV[a + 2]))

@@ -24,10 +24,10 @@ const COMMON: &str = include_str!("../../../lua/common.lua");
 
 /// `lua/common.lua`, the generated dispatch, then `entry`.
 ///
-/// The dispatch is a table `algorithms` indexed by id (an algorithm's position in
+/// The dispatch is a function `algorithm(id)` (an algorithm's position in
 /// [`Algorithm::ALL`], from 1), generated from the Rust list so the ids cannot drift
 /// from the enum. Each algorithm's module (`lua/<name>.lua`) sits in one branch of a
-/// generated `build(id)`, and the table builds a module on its first lookup. Why
+/// generated `build(id)`, and `algorithm` builds a module on its first use. Why
 /// lazily: Redis keeps the compiled script, but its top level runs on every call, and
 /// defining all six modules (their functions and tables) cost more per call than
 /// deciding a dozen operations; a call now builds only the modules it uses.
@@ -44,11 +44,16 @@ fn assemble(entry: &str) -> String {
     }
     body.push_str(
         "end\n\
-         local algorithms = setmetatable({}, { __index = function(built, id)\n\
-         \x20 local module = build(id)\n\
-         \x20 if module ~= nil then built[id] = module end\n\
+         local algorithms = {}\n\
+         -- The module of algorithm `id`, built on first use; nil for an unknown id.\n\
+         local function algorithm(id)\n\
+         \x20 local module = algorithms[id]\n\
+         \x20 if module == nil and id ~= nil then\n\
+         \x20   module = build(id)\n\
+         \x20   algorithms[id] = module\n\
+         \x20 end\n\
          \x20 return module\n\
-         end })\n",
+         end\n",
     );
     body.push_str(entry);
     body
@@ -76,7 +81,7 @@ pub async fn evalsha<C: ConnectionLike, T: FromRedisValue>(
 }
 
 /// Values per operation in the batch script's reply.
-const REPLY_STRIDE: usize = 6;
+const REPLY_STRIDE: usize = 4;
 
 /// One operation as both scripts read it, owned and `Copy` so a request can wait in
 /// the batcher's queue, or for its refund, without borrowing from its caller.
@@ -158,7 +163,7 @@ pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>
         .map(|k| k.as_ref().len())
         .sum();
     let mut cmd = Cmd::with_capacity(
-        5 + 2 * segments.len() + n * 3,
+        5 + segments.len() + n * 3,
         64 + key_bytes + n * 48 + segments.len() * 8,
     );
     cmd.arg("EVALSHA").arg(BATCH.get_hash()).arg(n);
@@ -171,7 +176,9 @@ pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>
     };
     cmd.arg(segments.len());
     for segment in segments {
-        cmd.arg(segment.ops.len()).arg(u8::from(segment.dry_run));
+        // A dry run's count is negated: one argument per segment.
+        let count = i64::try_from(segment.ops.len()).unwrap_or(i64::MAX);
+        cmd.arg(if segment.dry_run { -count } else { count });
     }
     for w in segments.iter().flat_map(|s| s.ops) {
         w.write(&mut cmd);
@@ -221,17 +228,23 @@ pub fn parse_batch_reply(values: &[i64], n: usize) -> Result<Vec<Reply>, String>
     Ok(values
         .chunks_exact(REPLY_STRIDE)
         .map(|chunk| {
-            let allowed = chunk[0] == 1;
+            // [remaining, or -1 when denied; reset; delay if allowed, else retry
+            // (-1 = never); token]: see lua/batch.lua.
+            let allowed = chunk[0] >= 0;
             Reply {
                 decision: Decision {
                     allowed,
-                    remaining: non_negative(chunk[1]),
-                    reset_after: Duration::from_millis(non_negative(chunk[2])),
-                    retry_after: (!allowed && chunk[3] >= 0)
-                        .then(|| Duration::from_millis(non_negative(chunk[3]))),
-                    delay: Duration::from_micros(non_negative(chunk[4])),
+                    remaining: non_negative(chunk[0]),
+                    reset_after: Duration::from_millis(non_negative(chunk[1])),
+                    retry_after: (!allowed && chunk[2] >= 0)
+                        .then(|| Duration::from_millis(non_negative(chunk[2]))),
+                    delay: if allowed {
+                        Duration::from_micros(non_negative(chunk[2]))
+                    } else {
+                        Duration::ZERO
+                    },
                 },
-                token: chunk[5],
+                token: chunk[3],
             }
         })
         .collect())
@@ -295,10 +308,8 @@ mod tests {
             "c{y}",
             "",
             "2",
-            "2",
+            "-2",
             "1",
-            "1",
-            "0",
         ]
         .map(String::from)
         .to_vec();
@@ -317,6 +328,28 @@ mod tests {
         let args: Vec<_> = injected.args_iter().collect();
         assert!(matches!(args[4], redis::Arg::Simple(b"1234")));
         assert!(matches!(args[5], redis::Arg::Simple(b"1")));
+        assert!(matches!(args[6], redis::Arg::Simple(b"1")));
+    }
+
+    #[test]
+    fn replies_carry_remaining_or_denial_then_reset_then_delay_or_retry() {
+        let replies = parse_batch_reply(&[3, 1000, 250, 7, -1, 500, 400, 0, -1, 60, -1, 0], 3)
+            .expect("well-formed");
+        let ms = Duration::from_millis;
+        let allowed = replies[0].decision;
+        assert!(allowed.allowed);
+        assert_eq!(
+            (allowed.remaining, allowed.reset_after, allowed.retry_after),
+            (3, ms(1000), None)
+        );
+        assert_eq!(allowed.delay, Duration::from_micros(250));
+        assert_eq!(replies[0].token, 7);
+        let denied = replies[1].decision;
+        assert!(!denied.allowed);
+        assert_eq!((denied.remaining, denied.retry_after), (0, Some(ms(400))));
+        assert_eq!(denied.delay, Duration::ZERO);
+        assert_eq!(replies[2].decision.retry_after, None, "-1: never");
+        assert!(parse_batch_reply(&[1, 2, 3], 1).is_err());
     }
 
     /// The longest values still fit the spec buffer whole.
