@@ -5,15 +5,13 @@
 --           cluster every key shares one hash tag, so the call routes by KEYS[1].
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
--- ARGV[2]   S, the number of segments.
--- ARGV      then 1 value per segment s, at 2 + s: its operation count, negated for a
---           dry run (decide, write nothing: the request is already denied elsewhere,
---           only true statuses are wanted).
--- ARGV      then 2 values per operation i, at 2 + S + 2*(i-1) + 1 ..:
---             its spec "id:limit:window ms:burst:max delay ms (-1 = none):vetoes (1/0)"
---             and its cost. The id is looked up with `algorithm(id)`, not in this file:
---             scripts.rs generates it from the Rust list (src/algorithm/mod.rs) and
---             puts it before this entry point.
+-- ARGV[1+i] operation i, one string "<f><id>:<limit>:<window ms>:<burst>:<max delay ms
+--           (-1 = none)>:<vetoes (1/0)>:<cost>", where f is "+" for the first operation
+--           of a request (a segment), "-" for the first of a dry run (decide, write
+--           nothing: the request is already denied elsewhere, only true statuses are
+--           wanted), "." for a further operation of the same request. The id is looked
+--           up with `algorithm(id)`, not in this file: scripts.rs generates it from the
+--           Rust list (src/algorithm/mod.rs) and puts it before this entry point.
 -- Returns   4 integers per operation, in order:
 --             remaining if allowed else -1, reset ms,
 --             if allowed the delay us (leaky bucket) else the retry ms (-1 = never),
@@ -33,9 +31,10 @@
 -- Why the shape: this runs once per decision under load, so its cost per operation is
 -- the service's cost in Redis. A counter is read from Redis once per call and its
 -- final state written once, at the end (every segment in between works on the state
--- kept here); a spec is parsed once per call (the rules of one call repeat) into the
--- one table its operations share; an operation allocates nothing but its new state,
--- and the common request of one operation takes a path without tables of its own.
+-- kept here); an operation is one string, parsed once per call (the operations of one
+-- call mostly repeat: same rule, same cost) into the one table they share; an
+-- operation allocates nothing but its new state, and the common request of one
+-- operation takes a path without tables of its own.
 
 local KEYS, ARGV, tonumber = KEYS, ARGV, tonumber
 local REPLY = 4
@@ -52,28 +51,25 @@ else
   now_ms = math.floor(now_us / 1000)
 end
 
-local segments = tonumber(ARGV[2])
--- ARGV[SPEC + 2 * i] is operation i's spec, ARGV[SPEC + 2 * i + 1] its cost.
-local SPEC = 1 + segments
-
--- Parsed specs by their text: Lua interns strings, so a repeated spec is one lookup.
+-- Parsed operations by their text: Lua interns strings, so a repeat is one lookup.
 local specs = {}
 local function parse(text)
-  local id, limit, window, burst, max_delay, vetoes =
-    string.match(text, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):([01])$')
+  local flag, id, limit, window, burst, max_delay, vetoes, cost = string.match(text,
+    '^([-+.])(%d+):(%d+):(%d+):(%d+):(%-?%d+):([01]):(%d+)$')
   local algo = algorithm(tonumber(id))
   if algo == nil then return nil end
   local p = {
     algo = algo, limit = tonumber(limit), window = tonumber(window), burst = tonumber(burst),
-    max_delay = tonumber(max_delay), vetoes = vetoes == '1',
+    max_delay = tonumber(max_delay), vetoes = vetoes == '1', cost = tonumber(cost),
+    starts = flag ~= '.', dry = flag == '-',
   }
   specs[text] = p
   return p
 end
 
--- Operation i's spec, parsed on its first use in the call; nil if malformed.
+-- Operation i, parsed on its first use in the call; nil if malformed.
 local function spec(i)
-  local text = ARGV[SPEC + 2 * i]
+  local text = ARGV[1 + i]
   return specs[text] or parse(text or '')
 end
 
@@ -94,7 +90,7 @@ end
 local function decide(i, p, s)
   local algo = p.algo
   local new, allowed, remaining, reset, retry, delay =
-    algo.decide(s, p, now_ms, tonumber(ARGV[SPEC + 2 * i + 1]), i)
+    algo.decide(s, p, now_ms, p.cost, i)
   local r = REPLY * (i - 1)
   if allowed then
     out[r + 1] = remaining
@@ -123,24 +119,30 @@ end
 -- the whole call, having written nothing (a sliding log's load may have trimmed hits
 -- that had already left its window: the same log to every reader).
 local function malformed(i)
-  return redis.error_reply('tollgate: malformed operation spec ' .. tostring(ARGV[SPEC + 2 * i]))
+  return redis.error_reply('tollgate: malformed operation ' .. tostring(ARGV[1 + i]))
 end
 
-local first = 1
-for seg = 1, segments do
-  local n = tonumber(ARGV[2 + seg])
-  local dry = n < 0
-  if dry then n = -n end
-  local last = first + n - 1
-  if n == 1 then
+local count = #KEYS
+local first, p = 1, spec(1)
+while first <= count do
+  if p == nil then return malformed(first) end
+  -- This request's operations run to the next one that starts a request.
+  local last, next_p = first, nil
+  while last < count do
+    next_p = spec(last + 1)
+    if next_p == nil then return malformed(last + 1) end
+    if next_p.starts then break end
+    last = last + 1
+    next_p = nil
+  end
+  if last == first then
     -- One operation (one descriptor per request is the common case): no tables.
-    local key, p = KEYS[first], spec(first)
-    if p == nil then return malformed(first) end
+    local key = KEYS[first]
     local s = state[key]
     if s == nil then s = load(key, p) end
     local new, allowed = decide(first, p, s)
     if allowed then
-      if dry then
+      if p.dry then
         unwind(first, p, s)
       else
         if writer[key] == nil then dirty[#dirty + 1] = key end
@@ -148,41 +150,38 @@ for seg = 1, segments do
         writer[key] = p
       end
     end
-  elseif n > 1 then
+  else
     local tentative, last_writer = {}, {}
-    local vetoed = dry
+    local vetoed = p.dry
     for i = first, last do
-      local key, p = KEYS[i], spec(i)
-      if p == nil then return malformed(i) end
+      local key, q = KEYS[i], spec(i)
       local s = tentative[key]
       if s == nil then
         s = state[key]
-        if s == nil then s = load(key, p) end
+        if s == nil then s = load(key, q) end
       end
-      local new, allowed = decide(i, p, s)
+      local new, allowed = decide(i, q, s)
       tentative[key] = new
       if allowed then
-        last_writer[key] = p
-      elseif p.vetoes then
+        last_writer[key] = q
+      elseif q.vetoes then
         vetoed = true
       end
     end
     if vetoed then
       for i = first, last do
-        if out[REPLY * (i - 1) + 1] >= 0 then
-          unwind(i, specs[ARGV[SPEC + 2 * i]], state[KEYS[i]])
-        end
+        if out[REPLY * (i - 1) + 1] >= 0 then unwind(i, spec(i), state[KEYS[i]]) end
       end
     else
       -- A counter only denied in this segment keeps its state (a denial changes none).
-      for key, p in pairs(last_writer) do
+      for key, q in pairs(last_writer) do
         if writer[key] == nil then dirty[#dirty + 1] = key end
         state[key] = tentative[key]
-        writer[key] = p
+        writer[key] = q
       end
     end
   end
-  first = last + 1
+  first, p = last + 1, next_p
 end
 
 -- Each changed counter's final state is written once, with its TTL.

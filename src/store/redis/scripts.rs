@@ -96,9 +96,21 @@ pub struct WireOp {
     vetoes: bool,
 }
 
-/// The longest spec [`WireOp::write`] makes: an id, four 20-digit numbers (one signed),
-/// a flag and five colons.
-const SPEC_MAX: usize = 3 + 4 * 21 + 1 + 5;
+/// The longest string [`WireOp::write`] makes: a flag, an id, five 20-digit numbers
+/// (one signed), the vetoes flag and six colons.
+const OP_MAX: usize = 1 + 3 + 5 * 21 + 1 + 6;
+
+/// Where an operation stands in its call, the first byte of its string (see
+/// `lua/batch.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flag {
+    /// The first operation of a request.
+    Starts = b'+' as isize,
+    /// The first operation of a request decided as a dry run.
+    StartsDry = b'-' as isize,
+    /// A further operation of the same request (and every refund operation).
+    Continues = b'.' as isize,
+}
 
 impl WireOp {
     pub fn new(op: &CounterOp) -> Self {
@@ -118,32 +130,35 @@ impl WireOp {
         }
     }
 
-    /// The encoder: appends this operation's 2 arguments to `cmd`, its spec
-    /// `id:limit:window_ms:burst:max_delay_ms:vetoes` and its cost. Why one spec
-    /// string: the script parses each distinct spec once per call (a call's operations
-    /// mostly share their rules) where it converted 7 arguments per operation, and
-    /// Redis makes 2 Lua strings per operation instead of 7.
-    fn write(&self, cmd: &mut Cmd) {
-        let mut buf = [0u8; SPEC_MAX];
+    /// The encoder: appends this operation to `cmd` as one argument,
+    /// `<flag><id>:<limit>:<window_ms>:<burst>:<max_delay_ms>:<vetoes>:<cost>`. Why one
+    /// string: the script parses each distinct string once per call, and a call's
+    /// operations mostly repeat (same rule, same cost), where it converted 7 arguments
+    /// per operation; Redis makes one Lua string per operation instead of 7.
+    fn write(&self, cmd: &mut Cmd, flag: Flag) {
+        let mut buf = [0u8; OP_MAX];
         let mut rest = &mut buf[..];
-        // Cannot fail: SPEC_MAX fits the longest spec.
+        // Cannot fail: OP_MAX fits the longest operation.
         let _ = write!(
             rest,
-            "{}:{}:{}:{}:{}:{}",
+            "{}{}:{}:{}:{}:{}:{}:{}",
+            flag as u8 as char,
             self.algorithm,
             self.limit,
             self.window_ms,
             self.burst,
             self.max_delay_ms,
-            u8::from(self.vetoes)
+            u8::from(self.vetoes),
+            self.cost
         );
-        let len = SPEC_MAX - rest.len();
-        cmd.arg(&buf[..len]).arg(self.cost);
+        let len = OP_MAX - rest.len();
+        cmd.arg(&buf[..len]);
     }
 }
 
 /// One request's operations in a batch call: decided all or nothing, independently
-/// of the other segments of the same call.
+/// of the other segments of the same call. A segment without operations sends
+/// nothing (there is nothing to decide).
 pub struct Segment<'a, K: AsRef<str>> {
     pub keys: &'a [K],
     pub ops: &'a [WireOp],
@@ -162,10 +177,7 @@ pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>
         .flat_map(|s| s.keys)
         .map(|k| k.as_ref().len())
         .sum();
-    let mut cmd = Cmd::with_capacity(
-        5 + segments.len() + n * 3,
-        64 + key_bytes + n * 48 + segments.len() * 8,
-    );
+    let mut cmd = Cmd::with_capacity(4 + 2 * n, 64 + key_bytes + n * 48);
     cmd.arg("EVALSHA").arg(BATCH.get_hash()).arg(n);
     for key in segments.iter().flat_map(|s| s.keys) {
         cmd.arg(key.as_ref());
@@ -174,14 +186,16 @@ pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>
         Some(ms) => cmd.arg(ms),
         None => cmd.arg(""),
     };
-    cmd.arg(segments.len());
     for segment in segments {
-        // A dry run's count is negated: one argument per segment.
-        let count = i64::try_from(segment.ops.len()).unwrap_or(i64::MAX);
-        cmd.arg(if segment.dry_run { -count } else { count });
-    }
-    for w in segments.iter().flat_map(|s| s.ops) {
-        w.write(&mut cmd);
+        let mut flag = if segment.dry_run {
+            Flag::StartsDry
+        } else {
+            Flag::Starts
+        };
+        for w in segment.ops {
+            w.write(&mut cmd, flag);
+            flag = Flag::Continues;
+        }
     }
     cmd
 }
@@ -202,7 +216,7 @@ pub fn refund_cmd(refunds: &[&Refund]) -> Cmd {
         cmd.arg(refund.key.as_str());
     }
     for refund in refunds {
-        refund.op.write(&mut cmd);
+        refund.op.write(&mut cmd, Flag::Continues);
         cmd.arg(refund.token);
     }
     cmd
@@ -299,25 +313,13 @@ mod tests {
                 _ => "<other>".into(),
             })
             .collect();
-        let mut expected: Vec<String> = [
-            "EVALSHA",
-            BATCH.get_hash(),
-            "3",
-            "a{x}",
-            "b{x}",
-            "c{y}",
-            "",
-            "2",
-            "-2",
-            "1",
-        ]
-        .map(String::from)
-        .to_vec();
-        for (limit, cost, vetoes) in [(10, 1, 1), (5, 2, 0), (7, 1, 1)] {
-            // burst = limit for a fixed window
-            expected.push(format!("1:{limit}:60000:{limit}:-1:{vetoes}"));
-            expected.push(cost.to_string());
-        }
+        #[rustfmt::skip]
+        let expected = [
+            "EVALSHA", BATCH.get_hash(), "3", "a{x}", "b{x}", "c{y}", "",
+            // The first segment is a dry run: "-" starts it, "." continues it.
+            "-1:10:60000:10:-1:1:1", ".1:5:60000:5:-1:0:2",
+            "+1:7:60000:7:-1:1:1",
+        ];
         assert_eq!(args, expected);
         let one = [Segment {
             keys: &keys[..1],
@@ -327,8 +329,10 @@ mod tests {
         let injected = batch_cmd(&one, Some(1234));
         let args: Vec<_> = injected.args_iter().collect();
         assert!(matches!(args[4], redis::Arg::Simple(b"1234")));
-        assert!(matches!(args[5], redis::Arg::Simple(b"1")));
-        assert!(matches!(args[6], redis::Arg::Simple(b"1")));
+        assert!(matches!(
+            args[5],
+            redis::Arg::Simple(b"+1:10:60000:10:-1:1:1")
+        ));
     }
 
     #[test]
@@ -352,9 +356,9 @@ mod tests {
         assert!(parse_batch_reply(&[1, 2, 3], 1).is_err());
     }
 
-    /// The longest values still fit the spec buffer whole.
+    /// The longest values still fit the buffer whole.
     #[test]
-    fn the_longest_spec_is_written_whole() {
+    fn the_longest_operation_is_written_whole() {
         let wire = WireOp {
             algorithm: u8::MAX,
             limit: u64::MAX,
@@ -365,8 +369,8 @@ mod tests {
             vetoes: true,
         };
         let mut cmd = Cmd::new();
-        wire.write(&mut cmd);
-        let spec = format!("255:{0}:{0}:{0}:{1}:1", u64::MAX, i64::MIN);
+        wire.write(&mut cmd, Flag::StartsDry);
+        let spec = format!("-255:{0}:{0}:{0}:{1}:1:{0}", u64::MAX, i64::MIN);
         let args: Vec<_> = cmd.args_iter().collect();
         assert!(matches!(args[0], redis::Arg::Simple(b) if b == spec.as_bytes()));
     }
@@ -392,12 +396,12 @@ mod tests {
                 _ => "<other>".into(),
             })
             .collect();
-        // Per operation: the 2 values of the batch script, then the token.
+        // Per operation: its string as the batch script reads it, then the token.
         #[rustfmt::skip]
         let expected = [
             "EVALSHA", REFUND.get_hash(), "2", "a{x}", "b{x}",
-            "1:10:60000:10:-1:1", "1", "7",
-            "1:5:60000:5:-1:0", "2", "-3",
+            ".1:10:60000:10:-1:1:1", "7",
+            ".1:5:60000:5:-1:0:2", "-3",
         ];
         assert_eq!(args, expected);
     }
