@@ -67,30 +67,19 @@ local function parse(text)
   return p
 end
 
--- Operation i, parsed on its first use in the call; nil if malformed.
-local function spec(i)
-  local text = ARGV[1 + i]
-  return specs[text] or parse(text or '')
-end
-
 -- Per counter, across the whole call: its committed state (`false` = none stored),
--- the state Redis held, and the spec of the last operation that changed it. `dirty`
--- lists the changed counters in the order of their first change.
-local state, stored, writer, dirty = {}, {}, {}, {}
-
-local function load(key, p)
-  local s = p.algo.load(key, p, now_ms)
-  state[key] = s
-  stored[key] = s
-  return s
-end
+-- the state Redis held, and the spec of the last operation that changed it (the
+-- counters to write at the end). Why so few functions and tables: every one is made
+-- anew on each call (a script's top level runs per call), and they cost Redis about
+-- as much as a decision.
+local state, stored, writer = {}, {}, {}
 
 -- Decides operation i of spec p against s and writes its reply; returns the new state
--- and whether it was allowed.
-local function decide(i, p, s)
+-- and whether it was allowed. reuse: see lua/common.lua.
+local function decide(i, p, s, reuse)
   local algo = p.algo
   local new, allowed, remaining, reset, retry, delay =
-    algo.decide(s, p, now_ms, p.cost, i)
+    algo.decide(s, p, now_ms, p.cost, i, reuse)
   local r = REPLY * (i - 1)
   if allowed then
     out[r + 1] = remaining
@@ -118,19 +107,21 @@ end
 -- Writes happen only after every segment is decided, so a malformed operation fails
 -- the whole call, having written nothing (a sliding log's load may have trimmed hits
 -- that had already left its window: the same log to every reader).
-local function malformed(i)
-  return redis.error_reply('tollgate: malformed operation ' .. tostring(ARGV[1 + i]))
-end
-
 local count = #KEYS
-local first, p = 1, spec(1)
+local first = 1
+local p = specs[ARGV[2]] or parse(ARGV[2] or '')
 while first <= count do
-  if p == nil then return malformed(first) end
+  if p == nil then
+    return redis.error_reply('tollgate: malformed operation ' .. tostring(ARGV[1 + first]))
+  end
   -- This request's operations run to the next one that starts a request.
   local last, next_p = first, nil
   while last < count do
-    next_p = spec(last + 1)
-    if next_p == nil then return malformed(last + 1) end
+    local text = ARGV[2 + last]
+    next_p = specs[text] or parse(text or '')
+    if next_p == nil then
+      return redis.error_reply('tollgate: malformed operation ' .. tostring(text))
+    end
     if next_p.starts then break end
     last = last + 1
     next_p = nil
@@ -139,13 +130,21 @@ while first <= count do
     -- One operation (one descriptor per request is the common case): no tables.
     local key = KEYS[first]
     local s = state[key]
-    if s == nil then s = load(key, p) end
-    local new, allowed = decide(first, p, s)
-    if allowed then
-      if p.dry then
-        unwind(first, p, s)
-      else
-        if writer[key] == nil then dirty[#dirty + 1] = key end
+    if s == nil then
+      s = p.algo.load(key, p, now_ms)
+      state[key] = s
+      stored[key] = s
+    end
+    if p.dry then
+      local _, allowed = decide(first, p, s)
+      if allowed then unwind(first, p, s) end
+    else
+      -- A state this call made, committed by an earlier request, is referenced by
+      -- nothing else: the decision may write the next one into it.
+      local reuse = nil
+      if s ~= stored[key] then reuse = s end
+      local new, allowed = decide(first, p, s, reuse)
+      if allowed then
         state[key] = new
         writer[key] = p
       end
@@ -154,11 +153,15 @@ while first <= count do
     local tentative, last_writer = {}, {}
     local vetoed = p.dry
     for i = first, last do
-      local key, q = KEYS[i], spec(i)
+      local key, q = KEYS[i], specs[ARGV[1 + i]]
       local s = tentative[key]
       if s == nil then
         s = state[key]
-        if s == nil then s = load(key, q) end
+        if s == nil then
+          s = q.algo.load(key, q, now_ms)
+          state[key] = s
+          stored[key] = s
+        end
       end
       local new, allowed = decide(i, q, s)
       tentative[key] = new
@@ -170,12 +173,11 @@ while first <= count do
     end
     if vetoed then
       for i = first, last do
-        if out[REPLY * (i - 1) + 1] >= 0 then unwind(i, spec(i), state[KEYS[i]]) end
+        if out[REPLY * (i - 1) + 1] >= 0 then unwind(i, specs[ARGV[1 + i]], state[KEYS[i]]) end
       end
     else
       -- A counter only denied in this segment keeps its state (a denial changes none).
       for key, q in pairs(last_writer) do
-        if writer[key] == nil then dirty[#dirty + 1] = key end
         state[key] = tentative[key]
         writer[key] = q
       end
@@ -185,9 +187,8 @@ while first <= count do
 end
 
 -- Each changed counter's final state is written once, with its TTL.
-for _, key in ipairs(dirty) do
-  local p = writer[key]
-  local tokens = p.algo.save(key, state[key], p, now_ms, injected, now_us, stored[key])
+for key, q in pairs(writer) do
+  local tokens = q.algo.save(key, state[key], q, now_ms, injected, now_us, stored[key])
   if tokens then
     for j, token in pairs(tokens) do out[REPLY * (j - 1) + 4] = token end
   end

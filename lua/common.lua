@@ -4,8 +4,12 @@
 --
 -- The module interface (batch.lua calls it; see src/algorithm/mod.rs):
 --   load(key, p, now_ms)            the stored state, or false for none
---   decide(s, p, now_ms, cost, i)   new state, allowed, remaining, reset ms, retry ms
---                                   (-1 = never), delay us; s is never modified
+--   decide(s, p, now_ms, cost, i, reuse)
+--                                   new state, allowed, remaining, reset ms, retry ms
+--                                   (-1 = never), delay us; s is never modified, except
+--                                   that when reuse (s itself, referenced by nothing
+--                                   else) is given, an admission may write the new state
+--                                   into it instead of making a table
 --   token(s)                        the refund token of an allowed operation
 --   save(key, s, p, now_ms, injected, now_us, stored)
 --                                   writes s with its TTL once per call (stored: what

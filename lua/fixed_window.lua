@@ -10,7 +10,7 @@ function fixed_window.load(key)
   return { w = tonumber(h[1]) or -1, c = tonumber(h[2]) or 0 }
 end
 
-function fixed_window.decide(s, p, now_ms, cost)
+function fixed_window.decide(s, p, now_ms, cost, _, reuse)
   local window = max(floor(p.window / 1000), 1)
   local now = floor(now_ms / 1000)
   local start = now - (now % window)
@@ -19,6 +19,10 @@ function fixed_window.decide(s, p, now_ms, cost)
   local reset_ms = (window - (now % window)) * 1000
   local after = count + cost
   if after <= p.limit then
+    if reuse then
+      reuse.w, reuse.c = start, after
+      return reuse, true, p.limit - after, reset_ms, 0, 0
+    end
     return { w = start, c = after }, true, p.limit - after, reset_ms, 0, 0
   end
   local retry = -1

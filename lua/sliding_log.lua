@@ -37,17 +37,20 @@ local function reset_ms(s, window, now_ms)
   return hit(s, 1, now_ms) + window - now_ms
 end
 
-function sliding_log.decide(s, p, now_ms, cost, op)
+function sliding_log.decide(s, p, now_ms, cost, op, reuse)
   local count = s.n + s.added
   if cost > p.limit then return s, false, 0, reset_ms(s, p.window, now_ms), -1, 0 end
   if count + cost <= p.limit then
     local after = s
     if cost > 0 then
       -- pending: this call's admitted groups, newest first, shared with s.
-      after = {
-        key = s.key, n = s.n, ranks = s.ranks, added = s.added + cost,
-        pending = { op = op, n = cost, older = s.pending },
-      }
+      local added, pending = s.added + cost, { op = op, n = cost, older = s.pending }
+      if reuse then
+        after = reuse
+        after.added, after.pending = added, pending
+      else
+        after = { key = s.key, n = s.n, ranks = s.ranks, added = added, pending = pending }
+      end
     end
     return after, true, p.limit - count - cost, reset_ms(after, p.window, now_ms), 0, 0
   end

@@ -9,7 +9,7 @@ function sliding_window.load(key)
   return { start = tonumber(h[1]) or -1, prev = tonumber(h[2]) or 0, curr = tonumber(h[3]) or 0 }
 end
 
-function sliding_window.decide(s, p, now_ms, cost)
+function sliding_window.decide(s, p, now_ms, cost, _, reuse)
   local window = p.window
   local start = now_ms - (now_ms % window)
   local prev, curr = 0, 0
@@ -23,8 +23,12 @@ function sliding_window.decide(s, p, now_ms, cost)
   local estimate = prev * weight + curr
   local reset_ms = window - elapsed
   if cost <= p.limit and estimate + cost <= p.limit then
-    return { start = start, prev = prev, curr = curr + cost }, true,
-      floor_u(p.limit - (estimate + cost)), reset_ms, 0, 0
+    local remaining = floor_u(p.limit - (estimate + cost))
+    if reuse then
+      reuse.start, reuse.prev, reuse.curr = start, prev, curr + cost
+      return reuse, true, remaining, reset_ms, 0, 0
+    end
+    return { start = start, prev = prev, curr = curr + cost }, true, remaining, reset_ms, 0, 0
   end
   local st = { start = start, prev = prev, curr = curr }
   if cost > p.limit then return st, false, 0, reset_ms, -1, 0 end

@@ -10,7 +10,7 @@ function token_bucket.load(key)
   return { t = tonumber(h[1]), a = tonumber(h[2]) }
 end
 
-function token_bucket.decide(s, p, now_ms, cost)
+function token_bucket.decide(s, p, now_ms, cost, _, reuse)
   local rate = p.limit / p.window
   local burst = p.burst
   local tokens, at = burst, now_ms
@@ -23,7 +23,9 @@ function token_bucket.decide(s, p, now_ms, cost)
   if now_ms >= full_at then available = burst else available = min(burst, tokens + elapsed * rate) end
   if cost <= p.burst and cost <= available + EPSILON then
     local left = available - cost
-    return { t = left, a = now_ms }, true, floor_u(left + EPSILON), ceil_ms((burst - left) / rate), 0, 0
+    local new = reuse
+    if new then new.t, new.a = left, now_ms else new = { t = left, a = now_ms } end
+    return new, true, floor_u(left + EPSILON), ceil_ms((burst - left) / rate), 0, 0
   end
   local retry = -1
   if cost <= p.burst then retry = ceil_ms((cost - available) / rate) end

@@ -27,31 +27,27 @@ const COMMON: &str = include_str!("../../../lua/common.lua");
 /// The dispatch is a function `algorithm(id)` (an algorithm's position in
 /// [`Algorithm::ALL`], from 1), generated from the Rust list so the ids cannot drift
 /// from the enum. Each algorithm's module (`lua/<name>.lua`) sits in one branch of a
-/// generated `build(id)`, and `algorithm` builds a module on its first use. Why
+/// generated `algorithm(id)`, which builds a module on its first use in a call. Why
 /// lazily: Redis keeps the compiled script, but its top level runs on every call, and
 /// defining all six modules (their functions and tables) cost more per call than
 /// deciding a dozen operations; a call now builds only the modules it uses.
 fn assemble(entry: &str) -> String {
     let mut body = String::from(COMMON);
     body.push_str(
-        "\n-- Generated from the Rust list (src/algorithm/mod.rs): id i builds module i.\n\
-         local function build(id)\n",
+        "\n-- Generated from the Rust list (src/algorithm/mod.rs): the module of algorithm\n\
+         -- `id`, built on its first use in a call; nil for an unknown id.\n\
+         local algorithms = {}\n\
+         local function algorithm(id)\n\
+         \x20 local module = algorithms[id]\n\
+         \x20 if module ~= nil or id == nil then return module end\n",
     );
     for algorithm in Algorithm::ALL {
         body.push_str(&format!("if id == {} then\n", algorithm.id()));
         body.push_str(algorithm.lua());
-        body.push_str(&format!("\nreturn {}\nend\n", algorithm.name()));
+        body.push_str(&format!("\nmodule = {}\nend\n", algorithm.name()));
     }
     body.push_str(
-        "end\n\
-         local algorithms = {}\n\
-         -- The module of algorithm `id`, built on first use; nil for an unknown id.\n\
-         local function algorithm(id)\n\
-         \x20 local module = algorithms[id]\n\
-         \x20 if module == nil and id ~= nil then\n\
-         \x20   module = build(id)\n\
-         \x20   algorithms[id] = module\n\
-         \x20 end\n\
+        "\x20 algorithms[id] = module\n\
          \x20 return module\n\
          end\n",
     );
@@ -422,7 +418,7 @@ mod tests {
                     .find(&branch)
                     .expect("a branch per algorithm, in order");
                 at += found + branch.len();
-                let ret = format!("\nreturn {}\nend\n", algorithm.name());
+                let ret = format!("\nmodule = {}\nend\n", algorithm.name());
                 assert!(body[at..].starts_with(&ret), "{}", algorithm.name());
             }
             assert!(
