@@ -109,7 +109,7 @@ async fn a_hot_counter_is_read_and_written_once_per_call() {
 #[tokio::test]
 async fn a_malformed_operation_fails_the_whole_call() {
     let redis = common::redis::standalone();
-    let mut conn = connect(&redis).await;
+    let mut conn = connect(redis).await;
     let prefix = common::redis::unique_prefix("script_work_malformed");
     let wire = [WireOp::new(&fixed_window_op(10))];
     let keys = [format!("{prefix}a"), format!("{prefix}b")];
