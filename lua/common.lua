@@ -15,6 +15,8 @@
 --                                   writes s with its TTL once per call (stored: what
 --                                   load returned); may return {op index = token}
 --   refund(key, p, token, cost)     gives back what an operation consumed
+-- p is an operation's parsed spec, one table per distinct spec per call (so all on one
+-- clock): a module may keep values derived from it and now_ms there.
 
 local EPSILON = 1e-9
 

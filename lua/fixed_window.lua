@@ -10,13 +10,19 @@ function fixed_window.load(key)
   return { w = tonumber(h[1]) or -1, c = tonumber(h[2]) or 0 }
 end
 
+-- The window's start and reset depend only on the spec and the call's one clock: they
+-- are computed once per call and kept in the spec's table (p), which lives as long.
 function fixed_window.decide(s, p, now_ms, cost, _, reuse)
-  local window = max(floor(p.window / 1000), 1)
-  local now = floor(now_ms / 1000)
-  local start = now - (now % window)
+  local start, reset_ms = p.fw_start, p.fw_reset
+  if start == nil then
+    local window = max(floor(p.window / 1000), 1)
+    local now = floor(now_ms / 1000)
+    start = now - (now % window)
+    reset_ms = (window - (now % window)) * 1000
+    p.fw_start, p.fw_reset = start, reset_ms
+  end
   local count = s.c
   if s.w ~= start then count = 0 end
-  local reset_ms = (window - (now % window)) * 1000
   local after = count + cost
   if after <= p.limit then
     if reuse then

@@ -9,9 +9,15 @@ function sliding_window.load(key)
   return { start = tonumber(h[1]) or -1, prev = tonumber(h[2]) or 0, curr = tonumber(h[3]) or 0 }
 end
 
+-- The window's start depends only on the spec and the call's one clock: it is computed
+-- once per call and kept in the spec's table (p), which lives as long.
 function sliding_window.decide(s, p, now_ms, cost, _, reuse)
   local window = p.window
-  local start = now_ms - (now_ms % window)
+  local start = p.sw_start
+  if start == nil then
+    start = now_ms - (now_ms % window)
+    p.sw_start = start
+  end
   local prev, curr = 0, 0
   if s.start == start then
     prev, curr = s.prev, s.curr
