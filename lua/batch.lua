@@ -5,30 +5,39 @@
 --           cluster every key shares one hash tag, so the call routes by KEYS[1].
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
--- ARGV[2]   S, the number of segments.
--- ARGV      then 2 values per segment s, at 2 + 2*(s-1) + 1 ..: its operation count,
---           and "1" for a dry run (decide, write nothing: the request is already
---           denied elsewhere, only true statuses are wanted) else "0".
--- ARGV      then 7 values per operation i, at 2 + 2*S + 7*(i-1) + 1 ..:
---             algorithm id, limit, window ms, burst, max delay ms (-1 = none), cost,
---             vetoes (1/0). The id indexes `algorithms`, which is not in this file:
---             scripts.rs generates it from the Rust list (src/algorithm/mod.rs) and
---             puts it before this entry point.
--- Returns   6 integers per operation, in order:
---             allowed (1/0), remaining, reset ms, retry ms (-1 = never),
---             delay us (leaky bucket), refund token
+-- ARGV[1+i] operation i, one string "<f><id>:<limit>:<window ms>:<burst>:<max delay ms
+--           (-1 = none)>:<vetoes (1/0)>:<cost>", where f is "+" for the first operation
+--           of a request (a segment), "-" for the first of a dry run (decide, write
+--           nothing: the request is already denied elsewhere, only true statuses are
+--           wanted), "." for a further operation of the same request. The id is looked
+--           up with `algorithm(id)`, not in this file: scripts.rs generates it from the
+--           Rust list (src/algorithm/mod.rs) and puts it before this entry point.
+-- Returns   4 integers per operation, in order:
+--             remaining if allowed else -1, reset ms,
+--             if allowed the delay us (leaky bucket) else the retry ms (-1 = never),
+--             refund token
+--           (a denial always has 0 remaining and no delay, an admission no retry)
 --
 -- Why atomic: a script runs alone on its server, so no other client's operation can
 -- land between the checks and the writes. The clock is read once, inside, so all
 -- replicas of tollgate agree on windows. Within a segment every operation is decided
 -- first (in order, each seeing the tentative state left by earlier ones on the same
--- key); only if no vetoing operation was denied is anything written: all or nothing.
--- Segments run one after the other and each loads what the previous ones wrote, so a
--- call carrying S requests decides exactly as S calls in that order would. tollgate
--- puts concurrent requests into one call to share the per-call cost of EVALSHA.
+-- key); only if no vetoing operation was denied does the segment commit: all or
+-- nothing. Segments run one after the other and each sees what the previous ones
+-- committed, so a call carrying S requests decides exactly as S calls in that order
+-- would. tollgate puts concurrent requests into one call to share the per-call cost
+-- of EVALSHA.
+--
+-- Why the shape: this runs once per decision under load, so its cost per operation is
+-- the service's cost in Redis. A counter is read from Redis once per call and its
+-- final state written once, at the end (every segment in between works on the state
+-- kept here); an operation is one string, parsed once per call (the operations of one
+-- call mostly repeat: same rule, same cost) into the one table they share; an
+-- operation allocates nothing but its new state, and the common request of one
+-- operation takes a path without tables of its own.
 
-local STRIDE = 7
-local REPLY = 6
+local KEYS, ARGV, tonumber = KEYS, ARGV, tonumber
+local REPLY = 4
 local out = {}
 
 local now_ms, now_us
@@ -42,83 +51,146 @@ else
   now_ms = math.floor(now_us / 1000)
 end
 
-local segments = tonumber(ARGV[2])
-local OPS = 2 + 2 * segments
+-- Parsed operations by their text: Lua interns strings, so a repeat is one lookup.
+local specs = {}
+local function parse(text)
+  local flag, id, limit, window, burst, max_delay, vetoes, cost = string.match(text,
+    '^([-+.])(%d+):(%d+):(%d+):(%d+):(%-?%d+):([01]):(%d+)$')
+  local algo = algorithm(tonumber(id))
+  if algo == nil then return nil end
+  local p = {
+    algo = algo, limit = tonumber(limit), window = tonumber(window), burst = tonumber(burst),
+    max_delay = tonumber(max_delay), vetoes = vetoes == '1', cost = tonumber(cost),
+    starts = flag ~= '.', dry = flag == '-',
+  }
+  specs[text] = p
+  return p
+end
 
--- Decides operations first..last (global indices: replies, refund tokens and
--- sliding-log members stay unique across the whole call).
-local function segment(first, last, vetoed)
-  local loaded, states, originals, ops = {}, {}, {}, {}
-  for i = first, last do
-    local a = OPS + STRIDE * (i - 1)
-    local algo = algorithms[tonumber(ARGV[a + 1])]
-    local key = KEYS[i]
-    local p = {
-      limit = tonumber(ARGV[a + 2]),
-      window = tonumber(ARGV[a + 3]),
-      burst = tonumber(ARGV[a + 4]),
-      max_delay = tonumber(ARGV[a + 5]),
-    }
-    local cost = tonumber(ARGV[a + 6])
-    if not loaded[key] then
-      loaded[key] = true
-      originals[key] = algo.load(key, p, now_ms)
-      states[key] = originals[key]
-    end
-    local new, allowed, remaining, reset, retry, delay = algo.decide(states[key], p, now_ms, cost, i)
-    states[key] = new
-    if not allowed and ARGV[a + 7] == '1' then vetoed = true end
-    ops[i] = { algo = algo, key = key, p = p, allowed = allowed }
-    local r = REPLY * (i - 1)
-    out[r + 1] = allowed and 1 or 0
-    out[r + 2] = remaining
-    out[r + 3] = reset
-    out[r + 4] = retry
-    out[r + 5] = delay
-    out[r + 6] = allowed and algo.token(new) or 0
+-- Per counter, across the whole call: its committed state (`false` = none stored),
+-- the state Redis held, and the spec of the last operation that changed it (the
+-- counters to write at the end). Why so few functions and tables: every one is made
+-- anew on each call (a script's top level runs per call), and they cost Redis about
+-- as much as a decision.
+local state, stored, writer = {}, {}, {}
+
+-- Decides operation i of spec p against s and writes its reply; returns the new state
+-- and whether it was allowed. reuse: see lua/common.lua.
+local function decide(i, p, s, reuse)
+  local algo = p.algo
+  local new, allowed, remaining, reset, retry, delay =
+    algo.decide(s, p, now_ms, p.cost, i, reuse)
+  local r = REPLY * (i - 1)
+  if allowed then
+    out[r + 1] = remaining
+    out[r + 3] = delay
+    out[r + 4] = algo.token(new)
+  else
+    out[r + 1] = -1
+    out[r + 3] = retry
+    out[r + 4] = 0
   end
+  out[r + 2] = reset
+  return new, allowed
+end
 
-  if vetoed then
-    -- Nothing is written; allowed operations report the state without this request
-    -- (remaining and reset of a check-only call) and no shaping wait.
-    for i = first, last do
-      local op = ops[i]
-      if op.allowed then
-        local _, _, remaining, reset = op.algo.decide(originals[op.key], op.p, now_ms, 0, i)
-        out[REPLY * (i - 1) + 2] = remaining
-        out[REPLY * (i - 1) + 3] = reset
-        out[REPLY * (i - 1) + 5] = 0
+-- An allowed operation of a segment that does not commit reports the state without
+-- this request (remaining and reset of a check-only call) and no shaping wait.
+local function unwind(i, p, s)
+  local _, _, remaining, reset = p.algo.decide(s, p, now_ms, 0, i)
+  local r = REPLY * (i - 1)
+  out[r + 1] = remaining
+  out[r + 2] = reset
+  out[r + 3] = 0
+end
+
+-- Writes happen only after every segment is decided, so a malformed operation fails
+-- the whole call, having written nothing (a sliding log's load may have trimmed hits
+-- that had already left its window: the same log to every reader).
+local count = #KEYS
+local first = 1
+local p = specs[ARGV[2]] or parse(ARGV[2] or '')
+while first <= count do
+  if p == nil then
+    return redis.error_reply('tollgate: malformed operation ' .. tostring(ARGV[1 + first]))
+  end
+  -- This request's operations run to the next one that starts a request.
+  local last, next_p = first, nil
+  while last < count do
+    local text = ARGV[2 + last]
+    next_p = specs[text] or parse(text or '')
+    if next_p == nil then
+      return redis.error_reply('tollgate: malformed operation ' .. tostring(text))
+    end
+    if next_p.starts then break end
+    last = last + 1
+    next_p = nil
+  end
+  if last == first then
+    -- One operation (one descriptor per request is the common case): no tables.
+    local key = KEYS[first]
+    local s = state[key]
+    if s == nil then
+      s = p.algo.load(key, p, now_ms)
+      state[key] = s
+      stored[key] = s
+    end
+    if p.dry then
+      local _, allowed = decide(first, p, s)
+      if allowed then unwind(first, p, s) end
+    else
+      -- A state this call made, committed by an earlier request, is referenced by
+      -- nothing else: the decision may write the next one into it.
+      local reuse = nil
+      if s ~= stored[key] then reuse = s end
+      local new, allowed = decide(first, p, s, reuse)
+      if allowed then
+        state[key] = new
+        writer[key] = p
       end
     end
   else
-    -- Each key's final tentative state is written once, with its TTL.
-    local written = {}
-    for i = last, first, -1 do
-      local op = ops[i]
-      if op.allowed and not written[op.key] then
-        written[op.key] = true
-        local tokens = op.algo.save(op.key, states[op.key], op.p, now_ms, injected, now_us)
-        if tokens then
-          for j, token in pairs(tokens) do out[REPLY * (j - 1) + 6] = token end
+    local tentative, last_writer = {}, {}
+    local vetoed = p.dry
+    for i = first, last do
+      local key, q = KEYS[i], specs[ARGV[1 + i]]
+      local s = tentative[key]
+      if s == nil then
+        s = state[key]
+        if s == nil then
+          s = q.algo.load(key, q, now_ms)
+          state[key] = s
+          stored[key] = s
         end
+      end
+      local new, allowed = decide(i, q, s)
+      tentative[key] = new
+      if allowed then
+        last_writer[key] = q
+      elseif q.vetoes then
+        vetoed = true
+      end
+    end
+    if vetoed then
+      for i = first, last do
+        if out[REPLY * (i - 1) + 1] >= 0 then unwind(i, specs[ARGV[1 + i]], state[KEYS[i]]) end
+      end
+    else
+      -- A counter only denied in this segment keeps its state (a denial changes none).
+      for key, q in pairs(last_writer) do
+        state[key] = tentative[key]
+        writer[key] = q
       end
     end
   end
+  first, p = last + 1, next_p
 end
 
--- Every algorithm id is checked before any segment writes, so a malformed call fails
--- whole instead of after some segments committed.
-for i = 1, #KEYS do
-  local id = ARGV[OPS + STRIDE * (i - 1) + 1]
-  if algorithms[tonumber(id)] == nil then
-    return redis.error_reply('tollgate: unknown algorithm id ' .. tostring(id))
+-- Each changed counter's final state is written once, with its TTL.
+for key, q in pairs(writer) do
+  local tokens = q.algo.save(key, state[key], q, now_ms, injected, now_us, stored[key])
+  if tokens then
+    for j, token in pairs(tokens) do out[REPLY * (j - 1) + 4] = token end
   end
-end
-
-local first = 1
-for s = 1, segments do
-  local n = tonumber(ARGV[2 + 2 * (s - 1) + 1])
-  segment(first, first + n - 1, ARGV[2 + 2 * (s - 1) + 2] == '1')
-  first = first + n
 end
 return out

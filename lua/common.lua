@@ -1,18 +1,37 @@
 -- common.lua: helpers shared by the algorithm modules, mirroring src/algorithm/mod.rs.
 -- Lua numbers are IEEE doubles, like Rust's f64: the same expressions in the same
 -- order give the same results, which the differential test relies on.
+--
+-- The module interface (batch.lua calls it; see src/algorithm/mod.rs):
+--   load(key, p, now_ms)            the stored state, or false for none
+--   decide(s, p, now_ms, cost, i, reuse)
+--                                   new state, allowed, remaining, reset ms, retry ms
+--                                   (-1 = never), delay us; s is never modified, except
+--                                   that when reuse (s itself, referenced by nothing
+--                                   else) is given, an admission may write the new state
+--                                   into it instead of making a table
+--   token(s)                        the refund token of an allowed operation
+--   save(key, s, p, now_ms, injected, now_us, stored)
+--                                   writes s with its TTL once per call (stored: what
+--                                   load returned); may return {op index = token}
+--   refund(key, p, token, cost)     gives back what an operation consumed
+-- p is an operation's parsed spec, one table per distinct spec per call (so all on one
+-- clock): a module may keep values derived from it and now_ms there.
 
 local EPSILON = 1e-9
 
+-- Locals instead of global lookups, in code that runs for every operation.
+local floor, ceil, max, min, tonumber = math.floor, math.ceil, math.max, math.min, tonumber
+
 -- ceil of a non-negative float as whole units (negative -> 0)
 local function ceil_ms(x)
-  if x > 0 then return math.ceil(x) end
+  if x > 0 then return ceil(x) end
   return 0
 end
 
 -- floor of a non-negative float (negative -> 0)
 local function floor_u(x)
-  if x > 0 then return math.floor(x) end
+  if x > 0 then return floor(x) end
   return 0
 end
 
@@ -21,10 +40,23 @@ local function f17(x)
   return string.format('%.17g', x)
 end
 
--- A TTL of at least one millisecond (PEXPIRE 0 would delete the key at once).
+-- A TTL in whole milliseconds, at least one (PEXPIRE 0 would delete the key at once).
+local function ttl_ms(ms)
+  return max(1, ceil(ms))
+end
+
 local function pexpire(key, ms, injected)
   -- With an injected clock (tests only) real time does not follow the injected one,
   -- so keys are kept and the models alone decide what their state is worth.
   if injected then return end
-  redis.call('PEXPIRE', key, math.max(1, math.ceil(ms)))
+  redis.call('PEXPIRE', key, ttl_ms(ms))
+end
+
+-- A string state with its TTL in one command.
+local function set_with_ttl(key, value, ms, injected)
+  if injected then
+    redis.call('SET', key, value)
+  else
+    redis.call('SET', key, value, 'PX', ttl_ms(ms))
+  end
 end

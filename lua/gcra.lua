@@ -5,7 +5,7 @@
 local gcra = {}
 
 function gcra.load(key)
-  return tonumber(redis.call('GET', key))
+  return tonumber(redis.call('GET', key)) or false
 end
 
 function gcra.decide(s, p, now_ms, cost)
@@ -13,7 +13,7 @@ function gcra.decide(s, p, now_ms, cost)
   local tau = p.burst * t
   local now = now_ms
   local tat = now
-  if s ~= nil then tat = math.max(s, now) end
+  if s then tat = max(s, now) end
   local new_tat = tat + cost * t
   local diff = new_tat - now
   if cost <= p.burst and diff <= tau + EPSILON then
@@ -28,8 +28,7 @@ function gcra.token(s) return 0 end
 
 -- TTL: until TAT (then the key is as good as absent).
 function gcra.save(key, s, p, now_ms, injected)
-  redis.call('SET', key, f17(s))
-  pexpire(key, s - now_ms, injected)
+  set_with_ttl(key, f17(s), s - now_ms, injected)
 end
 
 function gcra.refund(key, p, token, cost)

@@ -6,14 +6,14 @@
 local leaky_bucket = {}
 
 function leaky_bucket.load(key)
-  return tonumber(redis.call('GET', key))
+  return tonumber(redis.call('GET', key)) or false
 end
 
 function leaky_bucket.decide(s, p, now_ms, cost)
   local t = p.window / p.limit
   local now = now_ms
   local slot = now
-  if s ~= nil then slot = math.max(s, now) end
+  if s then slot = max(s, now) end
   local wait = slot - now
   local room = p.burst - wait / t
   local patient = (p.max_delay < 0) or (wait <= p.max_delay + EPSILON)
@@ -28,18 +28,17 @@ function leaky_bucket.decide(s, p, now_ms, cost)
     local for_room = (cost - room) * t
     local for_patience = 0
     if p.max_delay >= 0 then for_patience = wait - p.max_delay end
-    retry = ceil_ms(math.max(for_room, for_patience))
+    retry = ceil_ms(max(for_room, for_patience))
   end
   return slot, false, 0, ceil_ms(wait), retry, 0
 end
 
 -- The refund token is the drain time this operation left (in microseconds).
-function leaky_bucket.token(s) return math.floor(s * 1000) end
+function leaky_bucket.token(s) return floor(s * 1000) end
 
 -- TTL: until the queue is drained.
 function leaky_bucket.save(key, s, p, now_ms, injected)
-  redis.call('SET', key, f17(s))
-  pexpire(key, s - now_ms, injected)
+  set_with_ttl(key, f17(s), s - now_ms, injected)
 end
 
 -- A slot is taken back only if no request queued behind it since (the drain time is
@@ -47,7 +46,7 @@ end
 -- and moving the queue forward under them could release two closer than W / L.
 function leaky_bucket.refund(key, p, token, cost)
   local tat = tonumber(redis.call('GET', key))
-  if tat ~= nil and math.floor(tat * 1000) == token then
+  if tat ~= nil and floor(tat * 1000) == token then
     redis.call('SET', key, f17(tat - cost * (p.window / p.limit)), 'KEEPTTL')
   end
 end

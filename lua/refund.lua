@@ -2,10 +2,11 @@
 -- same request was denied, so a denied request leaves every counter as it found it.
 --
 -- KEYS[i]   a counter that operation i consumed from (one hash slot, as in batch.lua)
--- ARGV      8 values per operation i: the 7 of batch.lua (algorithm id, limit,
---           window ms, burst, max delay ms, cost, vetoes), then the refund token
---           batch.lua returned for it. One layout for both scripts means one encoder
---           in scripts.rs; `algorithms` is generated there, as for batch.lua.
+-- ARGV      2 values per operation i: its string as batch.lua reads it ("<f><id>:
+--           <limit>:<window ms>:<burst>:<max delay ms>:<vetoes>:<cost>", any f), then
+--           the refund token batch.lua returned for it. One layout for both scripts
+--           means one encoder in scripts.rs; `algorithm(id)` is generated there, as for
+--           batch.lua.
 -- Returns   the number of operations processed
 --
 -- A refund applies only to the state it consumed from (the token names the window or
@@ -13,11 +14,13 @@
 -- Refunds can make a counter briefly under-admit, never over-admit.
 
 for i = 1, #KEYS do
-  local a = 8 * (i - 1)
-  local algo = algorithms[tonumber(ARGV[a + 1])]
+  local a = 2 * (i - 1)
+  local id, limit, window, burst, cost = string.match(ARGV[a + 1] or '',
+    '^[-+.](%d+):(%d+):(%d+):(%d+):%-?%d+:[01]:(%d+)$')
+  local algo = algorithm(tonumber(id))
   if algo ~= nil then
-    local p = { limit = tonumber(ARGV[a + 2]), window = tonumber(ARGV[a + 3]), burst = tonumber(ARGV[a + 4]) }
-    algo.refund(KEYS[i], p, tonumber(ARGV[a + 8]), tonumber(ARGV[a + 6]))
+    local p = { limit = tonumber(limit), window = tonumber(window), burst = tonumber(burst) }
+    algo.refund(KEYS[i], p, tonumber(ARGV[a + 2]), tonumber(cost))
   end
 end
 return #KEYS

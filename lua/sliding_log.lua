@@ -3,49 +3,72 @@
 -- are "<base>:<j>" for j = 1..cost, with base the shard's clock in microseconds made
 -- unique per key, so no two hits ever share a member (ZADD would merge them) and a
 -- refund removes exactly the hits it gave.
+--
+-- The model keeps the whole log; a decision needs only its length, its oldest hit
+-- (the reset) and, when denied, the hit that must leave first (the retry). So the
+-- state here is the stored count after the trim, hits read one by one by rank when
+-- needed (a sorted set is ordered by time), and the hits added during this call, all
+-- at now and so after every stored one: a call costs a few commands, not the log.
 
 local sliding_log = {}
 
 -- Trims hits that left the window (scores <= now - W) before counting.
 function sliding_log.load(key, p, now_ms)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now_ms - p.window)
-  local raw = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  local hits = {}
-  for i = 2, #raw, 2 do hits[#hits + 1] = tonumber(raw[i]) end
-  return { hits = hits, pending = {} }
+  local n = redis.call('ZCARD', key)
+  -- ranks: the stored hits read so far, shared by every state of this call (the
+  -- stored log does not change until the call's end).
+  return { key = key, n = n, ranks = {}, added = 0, pending = false }
 end
 
-local function reset_ms(hits, window, now_ms)
-  if #hits == 0 then return 0 end
-  return hits[1] + window - now_ms
+-- The k-th oldest hit (from 1) of s.
+local function hit(s, k, now_ms)
+  if k > s.n then return now_ms end
+  local t = s.ranks[k]
+  if t == nil then
+    t = tonumber(redis.call('ZRANGE', s.key, k - 1, k - 1, 'WITHSCORES')[2])
+    s.ranks[k] = t
+  end
+  return t
 end
 
-function sliding_log.decide(s, p, now_ms, cost, op)
-  local hits = s.hits
-  local count = #hits
-  if cost > p.limit then return s, false, 0, reset_ms(hits, p.window, now_ms), -1, 0 end
+local function reset_ms(s, window, now_ms)
+  if s.n + s.added == 0 then return 0 end
+  return hit(s, 1, now_ms) + window - now_ms
+end
+
+function sliding_log.decide(s, p, now_ms, cost, op, reuse)
+  local count = s.n + s.added
+  if cost > p.limit then return s, false, 0, reset_ms(s, p.window, now_ms), -1, 0 end
   if count + cost <= p.limit then
-    local after = { hits = {}, pending = {} }
-    for i = 1, count do after.hits[i] = hits[i] end
-    for _ = 1, cost do after.hits[#after.hits + 1] = now_ms end
-    for i = 1, #s.pending do after.pending[i] = s.pending[i] end
-    if cost > 0 then after.pending[#after.pending + 1] = { op = op, n = cost } end
-    return after, true, p.limit - count - cost, reset_ms(after.hits, p.window, now_ms), 0, 0
+    local after = s
+    if cost > 0 then
+      -- pending: this call's admitted groups, newest first, shared with s.
+      local added, pending = s.added + cost, { op = op, n = cost, older = s.pending }
+      if reuse then
+        after = reuse
+        after.added, after.pending = added, pending
+      else
+        after = { key = s.key, n = s.n, ranks = s.ranks, added = added, pending = pending }
+      end
+    end
+    return after, true, p.limit - count - cost, reset_ms(after, p.window, now_ms), 0, 0
   end
   local must_leave = count + cost - p.limit
-  return s, false, 0, reset_ms(hits, p.window, now_ms), hits[must_leave] + p.window - now_ms, 0
+  return s, false, 0, reset_ms(s, p.window, now_ms), hit(s, must_leave, now_ms) + p.window - now_ms, 0
 end
 
 function sliding_log.token(s) return 0 end
 
--- Adds the pending hits; returns {op index = base} as refund tokens. TTL: one window
--- (the newest hit is now).
+-- Adds the pending hits in one ZADD; returns {op index = base} as refund tokens. TTL:
+-- one window (the newest hit is now).
 function sliding_log.save(key, s, p, now_ms, injected, now_us)
   local tokens = {}
+  local args = {}
   local base = now_us
-  for _, group in ipairs(s.pending) do
+  local group = s.pending
+  while group do
     while redis.call('ZSCORE', key, string.format('%.0f:1', base)) do base = base + 1 end
-    local args = {}
     for j = 1, group.n do
       args[#args + 1] = now_ms
       args[#args + 1] = string.format('%.0f:%d', base, j)
@@ -54,10 +77,11 @@ function sliding_log.save(key, s, p, now_ms, injected, now_us)
         args = {}
       end
     end
-    if #args > 0 then redis.call('ZADD', key, unpack(args)) end
     tokens[group.op] = base
     base = base + 1
+    group = group.older
   end
+  if #args > 0 then redis.call('ZADD', key, unpack(args)) end
   pexpire(key, p.window, injected)
   return tokens
 end

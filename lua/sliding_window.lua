@@ -9,9 +9,15 @@ function sliding_window.load(key)
   return { start = tonumber(h[1]) or -1, prev = tonumber(h[2]) or 0, curr = tonumber(h[3]) or 0 }
 end
 
-function sliding_window.decide(s, p, now_ms, cost)
+-- The window's start depends only on the spec and the call's one clock: it is computed
+-- once per call and kept in the spec's table (p), which lives as long.
+function sliding_window.decide(s, p, now_ms, cost, _, reuse)
   local window = p.window
-  local start = now_ms - (now_ms % window)
+  local start = p.sw_start
+  if start == nil then
+    start = now_ms - (now_ms % window)
+    p.sw_start = start
+  end
   local prev, curr = 0, 0
   if s.start == start then
     prev, curr = s.prev, s.curr
@@ -23,8 +29,12 @@ function sliding_window.decide(s, p, now_ms, cost)
   local estimate = prev * weight + curr
   local reset_ms = window - elapsed
   if cost <= p.limit and estimate + cost <= p.limit then
-    return { start = start, prev = prev, curr = curr + cost }, true,
-      floor_u(p.limit - (estimate + cost)), reset_ms, 0, 0
+    local remaining = floor_u(p.limit - (estimate + cost))
+    if reuse then
+      reuse.start, reuse.prev, reuse.curr = start, prev, curr + cost
+      return reuse, true, remaining, reset_ms, 0, 0
+    end
+    return { start = start, prev = prev, curr = curr + cost }, true, remaining, reset_ms, 0, 0
   end
   local st = { start = start, prev = prev, curr = curr }
   if cost > p.limit then return st, false, 0, reset_ms, -1, 0 end
@@ -43,20 +53,21 @@ end
 
 function sliding_window.token(s) return s.start end
 
--- TTL: two windows from the current one's start (then neither count matters).
-function sliding_window.save(key, s, p, now_ms, injected)
+-- TTL: two windows from the current one's start (then neither count matters), an
+-- instant fixed by the start: a key stored in the same window already has it.
+function sliding_window.save(key, s, p, now_ms, injected, _, stored)
   redis.call('HSET', key, 's', s.start, 'p', s.prev, 'c', s.curr)
-  pexpire(key, s.start + 2 * p.window - now_ms, injected)
+  if stored.start ~= s.start then pexpire(key, s.start + 2 * p.window - now_ms, injected) end
 end
 
 function sliding_window.refund(key, p, token, cost)
   local h = redis.call('HMGET', key, 's', 'p', 'c')
   local start = tonumber(h[1])
   if start == token then
-    local back = math.min(tonumber(h[3]) or 0, cost)
+    local back = min(tonumber(h[3]) or 0, cost)
     if back > 0 then redis.call('HINCRBY', key, 'c', -back) end
   elseif start == token + p.window then
-    local back = math.min(tonumber(h[2]) or 0, cost)
+    local back = min(tonumber(h[2]) or 0, cost)
     if back > 0 then redis.call('HINCRBY', key, 'p', -back) end
   end
 end

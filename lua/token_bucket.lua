@@ -6,24 +6,26 @@ local token_bucket = {}
 
 function token_bucket.load(key)
   local h = redis.call('HMGET', key, 't', 'a')
-  if h[1] == false then return nil end
+  if h[1] == false then return false end
   return { t = tonumber(h[1]), a = tonumber(h[2]) }
 end
 
-function token_bucket.decide(s, p, now_ms, cost)
+function token_bucket.decide(s, p, now_ms, cost, _, reuse)
   local rate = p.limit / p.window
   local burst = p.burst
   local tokens, at = burst, now_ms
-  if s ~= nil then tokens, at = s.t, s.a end
+  if s then tokens, at = s.t, s.a end
   local elapsed = now_ms - at
   if elapsed < 0 then elapsed = 0 end
   -- Past the instant the bucket is due full (the key's TTL), it is exactly full.
   local full_at = at + ceil_ms((burst - tokens) / rate)
   local available
-  if now_ms >= full_at then available = burst else available = math.min(burst, tokens + elapsed * rate) end
+  if now_ms >= full_at then available = burst else available = min(burst, tokens + elapsed * rate) end
   if cost <= p.burst and cost <= available + EPSILON then
     local left = available - cost
-    return { t = left, a = now_ms }, true, floor_u(left + EPSILON), ceil_ms((burst - left) / rate), 0, 0
+    local new = reuse
+    if new then new.t, new.a = left, now_ms else new = { t = left, a = now_ms } end
+    return new, true, floor_u(left + EPSILON), ceil_ms((burst - left) / rate), 0, 0
   end
   local retry = -1
   if cost <= p.burst then retry = ceil_ms((cost - available) / rate) end
@@ -40,5 +42,5 @@ end
 
 function token_bucket.refund(key, p, token, cost)
   local t = tonumber(redis.call('HGET', key, 't'))
-  if t ~= nil then redis.call('HSET', key, 't', f17(math.min(p.burst, t + cost))) end
+  if t ~= nil then redis.call('HSET', key, 't', f17(min(p.burst, t + cost))) end
 end

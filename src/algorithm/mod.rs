@@ -7,8 +7,8 @@
 //! only place that names them all: it declares the modules and generates the
 //! [`Algorithm`] enum, the [`State`] enum and the dispatch of [`decide`] and
 //! [`expires_at_ms`]. An algorithm's id on the wire is its position in that list
-//! (counting from 1, as Lua arrays do), and the Lua dispatch table is generated from
-//! the same list when the scripts are assembled (`store/redis/scripts.rs`), so the
+//! (counting from 1, as Lua arrays do), and the Lua dispatch is generated from the
+//! same list when the scripts are assembled (`store/redis/scripts.rs`), so the
 //! ids have one source of truth.
 //!
 //! # Adding an algorithm
@@ -19,10 +19,12 @@
 //!    `KEY_NAME`, a new short name for its Redis keys;
 //!    `LUA = include_str!("../../lua/<name>.lua")`; `USES_BURST`).
 //! 2. `lua/<name>.lua`: its twin, a table `local <name> = {}` with `load(key, p,
-//!    now_ms)`, `decide(state, p, now_ms, cost, i)` (returning the new state, allowed,
-//!    remaining, reset ms, retry ms or -1, delay us), `token(state)`,
-//!    `save(key, state, p, now_ms, injected, now_us)` (writes the state with its TTL)
-//!    and `refund(key, p, token, cost)`. It must compute with the same float
+//!    now_ms)` (the stored state, `false` for none), `decide(state, p, now_ms, cost,
+//!    i)` (returning the new state, allowed, remaining, reset ms, retry ms or -1, delay
+//!    us; it never modifies `state`), `token(state)`, `save(key, state, p, now_ms,
+//!    injected, now_us, stored)` (writes the state with its TTL, once per call;
+//!    `stored` is what `load` returned) and `refund(key, p, token, cost)`
+//!    (`lua/common.lua` lists the interface). It must compute with the same float
 //!    expressions in the same order as the Rust model; `lua/common.lua` has the
 //!    shared helpers.
 //! 3. One entry at the end of the list below: `Variant(module)`. Appending keeps the
@@ -45,7 +47,7 @@ use std::time::Duration;
 /// `algorithms!` list generates, so a model is plain functions plus this registration.
 pub trait Model {
     /// The name configs use (`rate_limit.algorithm`), and the name of the Lua table
-    /// that `LUA` defines (the generated dispatch table refers to it).
+    /// that `LUA` defines (the generated dispatch returns it).
     const NAME: &'static str;
     /// Its short name inside Redis keys: distinct per algorithm, so a rule that
     /// changes algorithm starts from a fresh counter instead of misreading the old
@@ -271,7 +273,7 @@ mod tests {
         }
     }
 
-    /// The generated Lua dispatch table names each algorithm's table by `NAME`.
+    /// The generated Lua dispatch names each algorithm's table by `NAME`.
     #[test]
     fn each_lua_twin_defines_the_table_named_like_its_model() {
         for algorithm in Algorithm::ALL {

@@ -49,6 +49,7 @@ mod redis_tls;
 mod reload;
 mod resilience;
 mod script_calls;
+mod script_work;
 mod secrets;
 mod sentinel;
 mod shaping;

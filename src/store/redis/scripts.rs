@@ -10,6 +10,7 @@
 //! (script caches vanish on restart and failover), so a body crosses the network only
 //! when a server lacks it, and never with EVAL.
 
+use std::io::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -21,21 +22,35 @@ use crate::store::CounterOp;
 
 const COMMON: &str = include_str!("../../../lua/common.lua");
 
-/// `lua/common.lua`, each algorithm's module, the generated dispatch table, `entry`.
+/// `lua/common.lua`, the generated dispatch, then `entry`.
 ///
-/// The table is an array in list order, so an algorithm's id (its position in
-/// [`Algorithm::ALL`], from 1) finds its module with one array index, as the
-/// hand-written table did: generating it costs nothing per decision, and the ids can
-/// no longer drift from the Rust enum.
+/// The dispatch is a function `algorithm(id)` (an algorithm's position in
+/// [`Algorithm::ALL`], from 1), generated from the Rust list so the ids cannot drift
+/// from the enum. Each algorithm's module (`lua/<name>.lua`) sits in one branch of a
+/// generated `algorithm(id)`, which builds a module on its first use in a call. Why
+/// lazily: Redis keeps the compiled script, but its top level runs on every call, and
+/// defining all six modules (their functions and tables) cost more per call than
+/// deciding a dozen operations; a call now builds only the modules it uses.
 fn assemble(entry: &str) -> String {
     let mut body = String::from(COMMON);
+    body.push_str(
+        "\n-- Generated from the Rust list (src/algorithm/mod.rs): the module of algorithm\n\
+         -- `id`, built on its first use in a call; nil for an unknown id.\n\
+         local algorithms = {}\n\
+         local function algorithm(id)\n\
+         \x20 local module = algorithms[id]\n\
+         \x20 if module ~= nil or id == nil then return module end\n",
+    );
     for algorithm in Algorithm::ALL {
-        body.push('\n');
+        body.push_str(&format!("if id == {} then\n", algorithm.id()));
         body.push_str(algorithm.lua());
+        body.push_str(&format!("\nmodule = {}\nend\n", algorithm.name()));
     }
-    let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-    body.push_str("\n-- Generated from the Rust list (src/algorithm/mod.rs): id i is entry i.\n");
-    body.push_str(&format!("local algorithms = {{ {} }}\n", names.join(", ")));
+    body.push_str(
+        "\x20 algorithms[id] = module\n\
+         \x20 return module\n\
+         end\n",
+    );
     body.push_str(entry);
     body
 }
@@ -62,11 +77,10 @@ pub async fn evalsha<C: ConnectionLike, T: FromRedisValue>(
 }
 
 /// Values per operation in the batch script's reply.
-const REPLY_STRIDE: usize = 6;
+const REPLY_STRIDE: usize = 4;
 
-/// One operation as both scripts read it (7 arguments), owned and `Copy` so a request
-/// can wait in the batcher's queue, or for its refund, without borrowing from its
-/// caller.
+/// One operation as both scripts read it, owned and `Copy` so a request can wait in
+/// the batcher's queue, or for its refund, without borrowing from its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WireOp {
     algorithm: u8,
@@ -76,6 +90,22 @@ pub struct WireOp {
     max_delay_ms: i64,
     cost: u64,
     vetoes: bool,
+}
+
+/// The longest string [`WireOp::write`] makes: a flag, an id, five 20-digit numbers
+/// (one signed), the vetoes flag and six colons.
+const OP_MAX: usize = 1 + 3 + 5 * 21 + 1 + 6;
+
+/// Where an operation stands in its call, the first byte of its string (see
+/// `lua/batch.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flag {
+    /// The first operation of a request.
+    Starts = b'+' as isize,
+    /// The first operation of a request decided as a dry run.
+    StartsDry = b'-' as isize,
+    /// A further operation of the same request (and every refund operation).
+    Continues = b'.' as isize,
 }
 
 impl WireOp {
@@ -96,20 +126,35 @@ impl WireOp {
         }
     }
 
-    /// The encoder: appends this operation's 7 arguments to `cmd`.
-    fn write(&self, cmd: &mut Cmd) {
-        cmd.arg(self.algorithm)
-            .arg(self.limit)
-            .arg(self.window_ms)
-            .arg(self.burst)
-            .arg(self.max_delay_ms)
-            .arg(self.cost)
-            .arg(u8::from(self.vetoes));
+    /// The encoder: appends this operation to `cmd` as one argument,
+    /// `<flag><id>:<limit>:<window_ms>:<burst>:<max_delay_ms>:<vetoes>:<cost>`. Why one
+    /// string: the script parses each distinct string once per call, and a call's
+    /// operations mostly repeat (same rule, same cost), where it converted 7 arguments
+    /// per operation; Redis makes one Lua string per operation instead of 7.
+    fn write(&self, cmd: &mut Cmd, flag: Flag) {
+        let mut buf = [0u8; OP_MAX];
+        let mut rest = &mut buf[..];
+        // Cannot fail: OP_MAX fits the longest operation.
+        let _ = write!(
+            rest,
+            "{}{}:{}:{}:{}:{}:{}:{}",
+            flag as u8 as char,
+            self.algorithm,
+            self.limit,
+            self.window_ms,
+            self.burst,
+            self.max_delay_ms,
+            u8::from(self.vetoes),
+            self.cost
+        );
+        let len = OP_MAX - rest.len();
+        cmd.arg(&buf[..len]);
     }
 }
 
 /// One request's operations in a batch call: decided all or nothing, independently
-/// of the other segments of the same call.
+/// of the other segments of the same call. A segment without operations sends
+/// nothing (there is nothing to decide).
 pub struct Segment<'a, K: AsRef<str>> {
     pub keys: &'a [K],
     pub ops: &'a [WireOp],
@@ -120,8 +165,7 @@ pub struct Segment<'a, K: AsRef<str>> {
 /// the same order), as one command. `now_ms` is for tests only: production passes
 /// `None` and the script reads the shard's clock. Written into the command's single
 /// buffer: a `ScriptInvocation` would keep every key and argument in a `Vec` of its
-/// own, then copy them all into a command again, two allocations per argument and
-/// nine arguments per operation.
+/// own, then copy them all into a command again, two allocations per argument.
 pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>) -> Cmd {
     let n: usize = segments.iter().map(|s| s.ops.len()).sum();
     let key_bytes: usize = segments
@@ -129,10 +173,7 @@ pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>
         .flat_map(|s| s.keys)
         .map(|k| k.as_ref().len())
         .sum();
-    let mut cmd = Cmd::with_capacity(
-        5 + 2 * segments.len() + n * 8,
-        64 + key_bytes + n * 48 + segments.len() * 8,
-    );
+    let mut cmd = Cmd::with_capacity(4 + 2 * n, 64 + key_bytes + n * 48);
     cmd.arg("EVALSHA").arg(BATCH.get_hash()).arg(n);
     for key in segments.iter().flat_map(|s| s.keys) {
         cmd.arg(key.as_ref());
@@ -141,12 +182,16 @@ pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>
         Some(ms) => cmd.arg(ms),
         None => cmd.arg(""),
     };
-    cmd.arg(segments.len());
     for segment in segments {
-        cmd.arg(segment.ops.len()).arg(u8::from(segment.dry_run));
-    }
-    for w in segments.iter().flat_map(|s| s.ops) {
-        w.write(&mut cmd);
+        let mut flag = if segment.dry_run {
+            Flag::StartsDry
+        } else {
+            Flag::Starts
+        };
+        for w in segment.ops {
+            w.write(&mut cmd, flag);
+            flag = Flag::Continues;
+        }
     }
     cmd
 }
@@ -167,7 +212,7 @@ pub fn refund_cmd(refunds: &[&Refund]) -> Cmd {
         cmd.arg(refund.key.as_str());
     }
     for refund in refunds {
-        refund.op.write(&mut cmd);
+        refund.op.write(&mut cmd, Flag::Continues);
         cmd.arg(refund.token);
     }
     cmd
@@ -193,17 +238,23 @@ pub fn parse_batch_reply(values: &[i64], n: usize) -> Result<Vec<Reply>, String>
     Ok(values
         .chunks_exact(REPLY_STRIDE)
         .map(|chunk| {
-            let allowed = chunk[0] == 1;
+            // [remaining, or -1 when denied; reset; delay if allowed, else retry
+            // (-1 = never); token]: see lua/batch.lua.
+            let allowed = chunk[0] >= 0;
             Reply {
                 decision: Decision {
                     allowed,
-                    remaining: non_negative(chunk[1]),
-                    reset_after: Duration::from_millis(non_negative(chunk[2])),
-                    retry_after: (!allowed && chunk[3] >= 0)
-                        .then(|| Duration::from_millis(non_negative(chunk[3]))),
-                    delay: Duration::from_micros(non_negative(chunk[4])),
+                    remaining: non_negative(chunk[0]),
+                    reset_after: Duration::from_millis(non_negative(chunk[1])),
+                    retry_after: (!allowed && chunk[2] >= 0)
+                        .then(|| Duration::from_millis(non_negative(chunk[2]))),
+                    delay: if allowed {
+                        Duration::from_micros(non_negative(chunk[2]))
+                    } else {
+                        Duration::ZERO
+                    },
                 },
-                token: chunk[5],
+                token: chunk[3],
             }
         })
         .collect())
@@ -258,30 +309,13 @@ mod tests {
                 _ => "<other>".into(),
             })
             .collect();
-        let mut expected: Vec<String> = [
-            "EVALSHA",
-            BATCH.get_hash(),
-            "3",
-            "a{x}",
-            "b{x}",
-            "c{y}",
-            "",
-            "2",
-            "2",
-            "1",
-            "1",
-            "0",
-        ]
-        .map(String::from)
-        .to_vec();
-        for (limit, cost, vetoes) in [(10, 1, 1), (5, 2, 0), (7, 1, 1)] {
-            let burst = limit;
-            expected.extend(
-                ["1", &limit.to_string(), "60000", &burst.to_string(), "-1"].map(String::from),
-            );
-            expected.push(cost.to_string());
-            expected.push(vetoes.to_string());
-        }
+        #[rustfmt::skip]
+        let expected = [
+            "EVALSHA", BATCH.get_hash(), "3", "a{x}", "b{x}", "c{y}", "",
+            // The first segment is a dry run: "-" starts it, "." continues it.
+            "-1:10:60000:10:-1:1:1", ".1:5:60000:5:-1:0:2",
+            "+1:7:60000:7:-1:1:1",
+        ];
         assert_eq!(args, expected);
         let one = [Segment {
             keys: &keys[..1],
@@ -291,7 +325,50 @@ mod tests {
         let injected = batch_cmd(&one, Some(1234));
         let args: Vec<_> = injected.args_iter().collect();
         assert!(matches!(args[4], redis::Arg::Simple(b"1234")));
-        assert!(matches!(args[5], redis::Arg::Simple(b"1")));
+        assert!(matches!(
+            args[5],
+            redis::Arg::Simple(b"+1:10:60000:10:-1:1:1")
+        ));
+    }
+
+    #[test]
+    fn replies_carry_remaining_or_denial_then_reset_then_delay_or_retry() {
+        let replies = parse_batch_reply(&[3, 1000, 250, 7, -1, 500, 400, 0, -1, 60, -1, 0], 3)
+            .expect("well-formed");
+        let ms = Duration::from_millis;
+        let allowed = replies[0].decision;
+        assert!(allowed.allowed);
+        assert_eq!(
+            (allowed.remaining, allowed.reset_after, allowed.retry_after),
+            (3, ms(1000), None)
+        );
+        assert_eq!(allowed.delay, Duration::from_micros(250));
+        assert_eq!(replies[0].token, 7);
+        let denied = replies[1].decision;
+        assert!(!denied.allowed);
+        assert_eq!((denied.remaining, denied.retry_after), (0, Some(ms(400))));
+        assert_eq!(denied.delay, Duration::ZERO);
+        assert_eq!(replies[2].decision.retry_after, None, "-1: never");
+        assert!(parse_batch_reply(&[1, 2, 3], 1).is_err());
+    }
+
+    /// The longest values still fit the buffer whole.
+    #[test]
+    fn the_longest_operation_is_written_whole() {
+        let wire = WireOp {
+            algorithm: u8::MAX,
+            limit: u64::MAX,
+            window_ms: u64::MAX,
+            burst: u64::MAX,
+            max_delay_ms: i64::MIN,
+            cost: u64::MAX,
+            vetoes: true,
+        };
+        let mut cmd = Cmd::new();
+        wire.write(&mut cmd, Flag::StartsDry);
+        let spec = format!("-255:{0}:{0}:{0}:{1}:1:{0}", u64::MAX, i64::MIN);
+        let args: Vec<_> = cmd.args_iter().collect();
+        assert!(matches!(args[0], redis::Arg::Simple(b) if b == spec.as_bytes()));
     }
 
     #[test]
@@ -315,29 +392,39 @@ mod tests {
                 _ => "<other>".into(),
             })
             .collect();
-        // Per operation: the 7 values of the batch script, then the token.
+        // Per operation: its string as the batch script reads it, then the token.
         #[rustfmt::skip]
         let expected = [
             "EVALSHA", REFUND.get_hash(), "2", "a{x}", "b{x}",
-            "1", "10", "60000", "10", "-1", "1", "1", "7",
-            "1", "5", "60000", "5", "-1", "2", "0", "-3",
+            ".1:10:60000:10:-1:1:1", "7",
+            ".1:5:60000:5:-1:0:2", "-3",
         ];
         assert_eq!(args, expected);
     }
 
-    /// The dispatch table comes from the Rust list, in id order, before the entry
-    /// point that indexes it.
+    /// The dispatch comes from the Rust list, in id order, before the entry point
+    /// that indexes it.
     #[test]
-    fn scripts_carry_the_generated_dispatch_table() {
-        let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-        let table = format!("local algorithms = {{ {} }}", names.join(", "));
+    fn scripts_carry_the_generated_dispatch() {
         for entry in [
             include_str!("../../../lua/batch.lua"),
             include_str!("../../../lua/refund.lua"),
         ] {
             let body = assemble(entry);
-            let at = body.find(&table).expect("the generated table");
-            assert!(at < body.find(entry).expect("the entry point"));
+            let mut at = 0;
+            for algorithm in Algorithm::ALL {
+                let branch = format!("if id == {} then\n{}", algorithm.id(), algorithm.lua());
+                let found = body[at..]
+                    .find(&branch)
+                    .expect("a branch per algorithm, in order");
+                at += found + branch.len();
+                let ret = format!("\nmodule = {}\nend\n", algorithm.name());
+                assert!(body[at..].starts_with(&ret), "{}", algorithm.name());
+            }
+            assert!(
+                body.find("local algorithms").expect("the table")
+                    < body.find(entry).expect("entry")
+            );
             assert!(!entry.contains("local algorithms"), "ids have one source");
         }
     }

@@ -1,0 +1,246 @@
+//! Script time per decision: what Redis spends inside the batch script for each
+//! counter operation, by algorithm and batch size, read from Redis itself.
+//!
+//! Starts a private `redis-server` on a free loopback port (no persistence), loads the
+//! batch script exactly as tollgate assembles it (`scripts::BATCH`), and sends it the
+//! calls the standalone batcher sends under load: N one-operation requests (segments)
+//! per EVALSHA, on the server's clock (so TTLs are written, as in production). For
+//! each algorithm and N it makes `--calls` calls in 5 rounds, each from a reset
+//! `INFO commandstats`, and reports the best round's EVALSHA `usec_per_call` and that
+//! divided by N: microseconds of script time per decision.
+//!
+//! Two key layouts: `hot` (every operation of every call on one counter: one
+//! descriptor under load) and `spread` (N counters, each hit once per call).
+//! Limits are high enough that every operation is admitted (the write path), except
+//! the sliding log's, whose state is the list of its hits: it is measured at 100 per
+//! minute, so its log stays small and most operations are denied once it is full.
+//!
+//! ```text
+//! cargo run --release --example lua_cost -- [--calls 2000] [--sizes 1,13,64]
+//!     [--algorithms fixed_window,gcra] [--redis-server redis-server]
+//! ```
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tollgate::algorithm::{Algorithm, Params};
+use tollgate::store::redis::scripts::{self, Segment, WireOp};
+use tollgate::store::{CounterKey, CounterOp};
+
+struct Options {
+    calls: usize,
+    sizes: Vec<usize>,
+    redis_server: String,
+    /// Only these algorithms (all when empty).
+    algorithms: Vec<Algorithm>,
+}
+
+fn options() -> Result<Options, String> {
+    let mut o = Options {
+        calls: 2000,
+        sizes: vec![1, 13, 64],
+        redis_server: "redis-server".into(),
+        algorithms: vec![],
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--calls" => o.calls = value.parse().map_err(|e| format!("--calls: {e}"))?,
+            "--sizes" => {
+                o.sizes = value
+                    .split(',')
+                    .map(|s| s.trim().parse().map_err(|e| format!("--sizes: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--redis-server" => o.redis_server = value,
+            "--algorithms" => {
+                o.algorithms = value
+                    .split(',')
+                    .map(|name| Algorithm::parse(name).ok_or(format!("no algorithm {name}")))
+                    .collect::<Result<_, _>>()?
+            }
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    Ok(o)
+}
+
+/// The private server, stopped when dropped.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(binary: &str) -> Result<(Server, redis::Connection), String> {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("no free port: {e}"))?
+        .port();
+    let child = Command::new(binary)
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--dir", "/tmp"])
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {binary}: {e}"))?;
+    let server = Server(child);
+    let client =
+        redis::Client::open(format!("redis://127.0.0.1:{port}/")).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.get_connection() {
+            Ok(con) => return Ok((server, con)),
+            Err(e) if Instant::now() > deadline => return Err(format!("redis: {e}")),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn op(algorithm: Algorithm) -> CounterOp {
+    let limit = match algorithm {
+        Algorithm::SlidingLog => 100,
+        _ => 1_000_000_000,
+    };
+    let params = Params {
+        algorithm,
+        limit,
+        window_ms: 60_000,
+        burst: limit,
+        max_delay_ms: None,
+    };
+    CounterOp {
+        key: CounterKey {
+            domain: Arc::from("lua_cost"),
+            rule: Arc::from("r"),
+            entries: vec![],
+            algorithm,
+            window_secs: 60,
+            hash_tag: None,
+        },
+        params,
+        cost: 1,
+        vetoes: true,
+    }
+}
+
+/// EVALSHA's (calls, usec) from `INFO commandstats`.
+fn evalsha_stats(con: &mut redis::Connection) -> redis::RedisResult<(u64, u64)> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con)?;
+    let line = info
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .unwrap_or("");
+    let field = |name: &str| {
+        line.split([':', ','])
+            .find_map(|kv| kv.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((field("calls="), field("usec=")))
+}
+
+/// Microseconds of script time per call for `calls` calls of `n` segments, the best
+/// round's mean.
+fn measure(
+    con: &mut redis::Connection,
+    algorithm: Algorithm,
+    n: usize,
+    hot: bool,
+    calls: usize,
+) -> redis::RedisResult<f64> {
+    let _: () = redis::cmd("FLUSHALL").query(con)?;
+    let wire = [WireOp::new(&op(algorithm))];
+    let keys: Vec<[String; 1]> = (0..n)
+        .map(|i| {
+            [format!(
+                "lua_cost:{}:{}",
+                algorithm.name(),
+                if hot { 0 } else { i }
+            )]
+        })
+        .collect();
+    let segments: Vec<Segment<'_, String>> = keys
+        .iter()
+        .map(|k| Segment {
+            keys: k,
+            ops: &wire,
+            dry_run: false,
+        })
+        .collect();
+    let cmd = scripts::batch_cmd(&segments, None);
+    // The best of ROUNDS rounds: commandstats times are wall-clock, and other
+    // processes on the machine only ever add to them.
+    let mut best = f64::INFINITY;
+    for _ in 0..ROUNDS {
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con)?;
+        for _ in 0..calls.div_ceil(ROUNDS) {
+            let values: Vec<i64> = cmd.query(con)?;
+            if let Err(e) = scripts::parse_batch_reply(&values, n) {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "malformed reply",
+                    e,
+                )));
+            }
+        }
+        let (made, usec) = evalsha_stats(con)?;
+        best = best.min(usec as f64 / made.max(1) as f64);
+    }
+    Ok(best)
+}
+
+/// Rounds per measurement (see [`measure`]).
+const ROUNDS: usize = 5;
+
+fn main() {
+    let o = match options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("lua_cost: {e}");
+            std::process::exit(2);
+        }
+    };
+    let (_server, mut con) = match start(&o.redis_server) {
+        Ok(started) => started,
+        Err(e) => {
+            eprintln!("lua_cost: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = scripts::BATCH.prepare_invoke().load(&mut con) {
+        eprintln!("lua_cost: SCRIPT LOAD: {e}");
+        std::process::exit(1);
+    }
+    println!("| algorithm | keys | ops per call | us per call | us per decision |");
+    println!("|---|---|---|---|---|");
+    for algorithm in Algorithm::ALL {
+        if !o.algorithms.is_empty() && !o.algorithms.contains(&algorithm) {
+            continue;
+        }
+        for hot in [true, false] {
+            for &n in &o.sizes {
+                if !hot && n == 1 {
+                    continue;
+                }
+                match measure(&mut con, algorithm, n, hot, o.calls) {
+                    Ok(per_call) => println!(
+                        "| {} | {} | {n} | {per_call:.1} | {:.2} |",
+                        algorithm.name(),
+                        if hot { "hot" } else { "spread" },
+                        per_call / n as f64
+                    ),
+                    Err(e) => {
+                        eprintln!("lua_cost: {}: {e}", algorithm.name());
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+    }
+}

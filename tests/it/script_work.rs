@@ -1,0 +1,160 @@
+//! What the batch script does inside Redis for one call, counted by Redis itself
+//! (`INFO commandstats` of a private server): a counter that many requests of one call
+//! touch is read once and written once, its TTL set only when its window starts; and
+//! a call with a malformed operation fails whole, writing nothing. Script time itself
+//! is measured by `examples/lua_cost.rs` (BENCHMARKS.md), not asserted here: timings
+//! on a shared machine are not a test.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use tollgate::algorithm::{Algorithm, Params};
+use tollgate::store::redis::scripts::{self, Segment, WireOp};
+use tollgate::store::{CounterKey, CounterOp};
+
+/// `calls=` of `command` in `INFO commandstats` (0 when never called).
+fn calls(port: u16, command: &str) -> u64 {
+    let info = common::redis::redis_cli(port, &["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn fixed_window_op(limit: u64) -> CounterOp {
+    let params = Params {
+        algorithm: Algorithm::FixedWindow,
+        limit,
+        // A day: no test run straddles two windows in practice, and the test below
+        // still holds if one does (it reads the window from the replies).
+        window_ms: 86_400_000,
+        burst: limit,
+        max_delay_ms: None,
+    };
+    CounterOp {
+        key: CounterKey {
+            domain: Arc::from("script_work"),
+            rule: Arc::from("r"),
+            entries: vec![],
+            algorithm: Algorithm::FixedWindow,
+            window_secs: 86_400,
+            hash_tag: None,
+        },
+        params,
+        cost: 1,
+        vetoes: true,
+    }
+}
+
+async fn connect(redis: &common::redis::RedisStandalone) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(redis.url()).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: String = scripts::BATCH
+        .prepare_invoke()
+        .load_async(&mut conn)
+        .await
+        .expect("SCRIPT LOAD");
+    conn
+}
+
+#[tokio::test]
+async fn a_hot_counter_is_read_and_written_once_per_call() {
+    let redis = common::redis::custom::private_standalone("script_work").expect("private redis");
+    let port = redis.port();
+    let mut conn = connect(&redis).await;
+    let wire = [WireOp::new(&fixed_window_op(1000))];
+    let keys = [String::from("script_work:hot")];
+    // 13 one-operation requests on one counter, as the batcher sends them under load.
+    let segments: Vec<Segment<'_, String>> = (0..13)
+        .map(|_| Segment {
+            keys: &keys,
+            ops: &wire,
+            dry_run: false,
+        })
+        .collect();
+    let mut windows = Vec::new();
+    for call in 1..=2u64 {
+        let values: Vec<i64> = scripts::batch_cmd(&segments, None)
+            .query_async(&mut conn)
+            .await
+            .expect("batch script runs");
+        let replies = scripts::parse_batch_reply(&values, 13).expect("well-formed reply");
+        let remaining: Vec<u64> = replies.iter().map(|r| r.decision.remaining).collect();
+        let expected: Vec<u64> = (0..13).map(|i| 1000 - 13 * (call - 1) - i - 1).collect();
+        assert_eq!(
+            remaining, expected,
+            "call {call}: each request sees the ones before"
+        );
+        windows.push(replies[0].token);
+        assert_eq!(calls(port, "hmget"), call, "one read per call");
+        assert_eq!(calls(port, "hset"), call, "one write per call");
+    }
+    // The TTL is the window's end: set by the call that starts a window, kept after.
+    let expected_ttls = if windows[0] == windows[1] { 1 } else { 2 };
+    assert_eq!(calls(port, "pexpire"), expected_ttls, "windows {windows:?}");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&keys[0])
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL");
+    assert!(ttl > 0 && ttl <= 86_400_000, "PTTL {ttl}");
+}
+
+#[tokio::test]
+async fn a_malformed_operation_fails_the_whole_call() {
+    let redis = common::redis::standalone();
+    let mut conn = connect(redis).await;
+    let prefix = common::redis::unique_prefix("script_work_malformed");
+    let wire = [WireOp::new(&fixed_window_op(10))];
+    let keys = [format!("{prefix}a"), format!("{prefix}b")];
+    let segments = [
+        Segment {
+            keys: &keys[..1],
+            ops: &wire,
+            dry_run: false,
+        },
+        Segment {
+            keys: &keys[1..],
+            ops: &wire,
+            dry_run: false,
+        },
+    ];
+    // The second request names an algorithm id no list has.
+    let good = scripts::batch_cmd(&segments, None);
+    let mut bad = redis::Cmd::new();
+    let mut specs_seen = 0;
+    for arg in good.args_iter() {
+        let redis::Arg::Simple(bytes) = arg else {
+            panic!("only plain arguments")
+        };
+        if bytes.starts_with(b"+1:10:") {
+            specs_seen += 1;
+            if specs_seen == 2 {
+                bad.arg("+99:10:86400000:10:-1:1:1");
+                continue;
+            }
+        }
+        bad.arg(bytes);
+    }
+    assert_eq!(specs_seen, 2);
+    let err = bad
+        .query_async::<Vec<i64>>(&mut conn)
+        .await
+        .expect_err("a malformed call is refused");
+    assert!(
+        err.to_string().contains("malformed operation +99:"),
+        "{err}"
+    );
+    let exists: u64 = redis::cmd("EXISTS")
+        .arg(&keys[..])
+        .query_async(&mut conn)
+        .await
+        .expect("EXISTS");
+    assert_eq!(exists, 0, "the valid first request wrote nothing");
+}
