@@ -18,9 +18,12 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use super::XdsError;
 use crate::settings::xds::{XdsSettings, XdsTls};
 
-/// A stream that hears nothing for this long (no HTTP/2 ping answer) is dead.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+// No HTTP/2 keepalive pings, as upstream's client sends none: Envoy Gateway's xDS
+// server runs grpc-go without a keepalive enforcement policy, so it accepts a ping at
+// most every 5 minutes and, after two early ones, closes the connection with GOAWAY
+// `too_many_pings`; pinging every 30 s cost a reconnect, a full refetch and a WARN
+// every two minutes. A dead control plane is still noticed when its TCP connection
+// resets or the server's own keepalive pings go unanswered.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Everything needed to open a stream, checked once.
@@ -87,10 +90,7 @@ impl Dialer {
     pub async fn connect(&self) -> Result<Channel, XdsError> {
         let mut endpoint = Endpoint::from_shared(self.url.clone())
             .map_err(|e| XdsError::Settings(e.to_string()))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
-            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-            .keep_alive_while_idle(true);
+            .connect_timeout(CONNECT_TIMEOUT);
         if let Some(tls) = &self.tls {
             endpoint = endpoint
                 .tls_config(tls_config(tls)?)

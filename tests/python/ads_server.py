@@ -209,7 +209,18 @@ def main():
     parser.add_argument("--client-ca")
     args = parser.parse_args()
     state = State()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    # Envoy Gateway's xDS server is grpc-go with no keepalive enforcement policy: a
+    # client ping is allowed at most every 5 minutes, none without a call, and the
+    # third early one ends the connection with GOAWAY too_many_pings. Holding clients
+    # to the same rules keeps a pinging client from passing here and failing there
+    # (the tests are too short to reach a second early ping, so this is realism,
+    # not a check).
+    options = [
+        ("grpc.http2.min_ping_interval_without_data_ms", 5 * 60 * 1000),
+        ("grpc.http2.max_ping_strikes", 2),
+        ("grpc.keepalive_permit_without_calls", 0),
+    ]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=options)
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(Ads(state, args.node_id), server)
     address = f"127.0.0.1:{args.port}"
     if args.cert:
