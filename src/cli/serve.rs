@@ -180,7 +180,7 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
         Some(xds) => {
             let metrics = limiter.metrics().source().clone();
             let client = XdsClient::new(xds.clone(), reloader.clone(), metrics)?;
-            Some(AbortOnDrop(tokio::spawn(client.run())))
+            Some(watch_xds(tokio::spawn(client.run())))
         }
         None => None,
     };
@@ -266,6 +266,27 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// The xDS client runs for the life of the process; if it ever ends (a panic, or a
+/// return) tollgate would keep serving its last limits with nobody told, so its end is
+/// logged at ERROR. Dropping the watcher aborts the client with it.
+fn watch_xds(client: tokio::task::JoinHandle<()>) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(async move {
+        let mut client = AbortOnDrop(client);
+        match (&mut client.0).await {
+            Ok(()) => tracing::error!(
+                event = "xds_client_ended",
+                "the xDS client stopped; limits will no longer be updated"
+            ),
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => tracing::error!(
+                event = "xds_client_ended",
+                error = %e,
+                "the xDS client panicked; limits will no longer be updated"
+            ),
+        }
+    }))
 }
 
 /// Reloads the config on every SIGHUP (the outcome is logged by the reloader).

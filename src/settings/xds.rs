@@ -16,6 +16,9 @@ pub const DEFAULT_CONNECT_RETRY_INTERVAL: Duration = Duration::from_secs(3);
 pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(60);
 pub const DEFAULT_BACKOFF_RANDOM_FACTOR: f64 = 0.5;
+/// The longest wait accepted between attempts: a longer one would leave a replica
+/// without its control plane for good, and far longer ones overflow the arithmetic.
+pub const MAX_RETRY_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// Where limits come from when `CONFIG_TYPE=GRPC_XDS_SOTW`.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,15 +100,23 @@ pub(super) fn resolve(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Xds
             parse_bool(&v).ok_or_else(|| setting(name, format!("'{v}' is not a boolean")))
         })
     };
+    // Every duration here is a wait between attempts: zero would retry in a busy loop.
     let duration = |name: &str, default: Duration| -> Result<Duration, Error> {
-        var(name).map_or(Ok(default), |v| {
-            go_duration(&v).ok_or_else(|| {
-                setting(
-                    name,
-                    format!("'{v}' is not a duration (such as 500ms, 3s, 1m30s)"),
-                )
-            })
-        })
+        let Some(v) = var(name) else {
+            return Ok(default);
+        };
+        match go_duration(&v) {
+            None => Err(setting(
+                name,
+                format!("'{v}' is not a duration (such as 500ms, 3s, 1m30s)"),
+            )),
+            Some(d) if d.is_zero() => Err(setting(name, format!("'{v}': must be above zero"))),
+            Some(d) if d > MAX_RETRY_INTERVAL => Err(setting(
+                name,
+                format!("'{v}': must be at most {}s", MAX_RETRY_INTERVAL.as_secs()),
+            )),
+            Some(d) => Ok(d),
+        }
     };
     let backoff = Backoff {
         initial: duration(
@@ -318,6 +329,10 @@ mod tests {
     fn bad_values_are_named() {
         for (name, value) in [
             ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "soon"),
+            ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "10000000000000000000s"),
+            ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "61m"),
+            ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "0s"),
+            ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "0"),
             ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
             ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "maybe"),
             ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "novalue"),

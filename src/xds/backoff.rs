@@ -50,11 +50,17 @@ impl Retry {
     }
 }
 
-/// `delay` spread uniformly over ±`factor` of itself.
+/// `delay` spread uniformly over ±`factor` of itself. Saturates instead of panicking
+/// as `Duration::mul_f64` would past `Duration::MAX` (the settings cap the intervals,
+/// but this runs inside the xDS task, where a panic would go unseen).
 pub fn spread(delay: Duration, factor: f64) -> Duration {
-    let factor = factor.clamp(0.0, 1.0);
+    let factor = if factor.is_nan() {
+        0.0
+    } else {
+        factor.clamp(0.0, 1.0)
+    };
     let scale = 1.0 + factor * (2.0 * fastrand::f64() - 1.0);
-    delay.mul_f64(scale.max(0.0))
+    Duration::try_from_secs_f64(delay.as_secs_f64() * scale.max(0.0)).unwrap_or(Duration::MAX)
 }
 
 #[cfg(test)]
@@ -77,6 +83,21 @@ mod tests {
         assert_eq!(delays, [100, 200, 400, 800, 1000, 1000]);
         retry.reset();
         assert_eq!(retry.next_delay(), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn huge_delays_saturate_instead_of_panicking() {
+        let mut retry = Retry::new(Backoff {
+            initial: Duration::MAX,
+            max: Duration::MAX,
+            random_factor: 1.0,
+            jitter: true,
+        });
+        for _ in 0..50 {
+            retry.next_delay();
+        }
+        assert_eq!(spread(Duration::MAX, 0.0), Duration::MAX);
+        assert_eq!(spread(Duration::from_secs(2), f64::NAN), Duration::from_secs(2));
     }
 
     #[test]
