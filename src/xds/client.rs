@@ -9,6 +9,7 @@
 //! version and nonce; a NACK names the nonce, keeps the last ACKed version and sets
 //! `error_detail` (INVALID_ARGUMENT with every error).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use prost_types::{Struct, Value, value::Kind};
@@ -19,6 +20,7 @@ use super::XdsError;
 use super::backoff::{Retry, spread};
 use super::connect::Dialer;
 use super::translate::{RATE_LIMIT_CONFIG_TYPE, compile};
+use crate::config::{ConfigError, ConfigErrors};
 use crate::metrics::source::SourceMetrics;
 use crate::proto::envoy::config::core::v3::{Node, node::UserAgentVersionType};
 use crate::proto::envoy::service::discovery::v3::{
@@ -134,23 +136,23 @@ impl XdsClient {
             nonce,
             ..
         } = response;
-        if type_url != RATE_LIMIT_CONFIG_TYPE {
+        let count = resources.len();
+        let compiled = if type_url == RATE_LIMIT_CONFIG_TYPE {
+            tokio::task::spawn_blocking(move || compile(&resources))
+                .await
+                .map_err(|e| ReloadError::Task(e.to_string()))
+                .and_then(|r| r.map_err(ReloadError::Invalid))
+        } else {
+            // Refused like an invalid config (NACKed, counted, kept as the last
+            // failure). The NACK keeps our type_url: in ADS a request's type_url is a
+            // subscription, so naming the stray type would subscribe us to it; the
+            // nonce says which response is refused and the message names its type.
             let message = format!(
                 "unexpected type '{type_url}': only {RATE_LIMIT_CONFIG_TYPE} is subscribed"
             );
-            let detail = RpcStatus {
-                code: INVALID_ARGUMENT,
-                message,
-                details: Vec::new(),
-            };
-            self.metrics.xds_update(false);
-            return self.request(self.acked.clone(), nonce, Some(detail), false);
-        }
-        let count = resources.len();
-        let compiled = tokio::task::spawn_blocking(move || compile(&resources))
-            .await
-            .map_err(|e| ReloadError::Task(e.to_string()))
-            .and_then(|r| r.map_err(ReloadError::Invalid));
+            let error = ConfigError::new(Path::new("response"), None, message);
+            Err(ReloadError::Invalid(ConfigErrors(vec![error])))
+        };
         match compiled {
             Ok(config) => {
                 let generation = self.reloader.install(config, &version_info).await;

@@ -55,10 +55,18 @@ pub fn compile(resources: &[prost_types::Any]) -> Result<Config, ConfigErrors> {
     }
 }
 
+/// Whether an `Any`'s type URL names RateLimitConfig. Like Go's `anypb.UnmarshalTo`,
+/// only the full message name after the last '/' counts: the host part before it is
+/// free (`type.googleapis.com/` by convention, but a control plane may use another).
+fn same_type(type_url: &str) -> bool {
+    let name = |url: &str| url.rsplit('/').next().unwrap_or_default().to_owned();
+    name(type_url) == name(RATE_LIMIT_CONFIG_TYPE)
+}
+
 /// One resource as (name, YAML document), or why it cannot be one.
 fn document(index: usize, any: &prost_types::Any) -> Result<(String, String), ConfigError> {
     let fallback = format!("resource #{index}");
-    if any.type_url != RATE_LIMIT_CONFIG_TYPE {
+    if !same_type(&any.type_url) {
         return Err(ConfigError::new(
             Path::new(&fallback),
             None,

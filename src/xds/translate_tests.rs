@@ -143,6 +143,22 @@ fn a_bad_resource_is_refused_under_its_name() {
 }
 
 #[test]
+fn the_host_part_of_a_type_url_is_not_compared() {
+    let resource = RateLimitConfig {
+        name: "elsewhere".into(),
+        domain: "d".into(),
+        descriptors: vec![leaf("k", "", policy(RateLimitUnit::Second, 5))],
+    };
+    let mut other_host = any(&resource);
+    other_host.type_url = "example.com/types/ratelimit.config.ratelimit.v3.RateLimitConfig".into();
+    let config = compile(&[other_host]).unwrap();
+    assert!(config.domain("d").is_some());
+    let mut near_miss = any(&resource);
+    near_miss.type_url = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfigs".into();
+    assert!(compile(&[near_miss]).is_err());
+}
+
+#[test]
 fn undecodable_bytes_and_foreign_types_are_errors() {
     let garbage = Any {
         type_url: RATE_LIMIT_CONFIG_TYPE.into(),
