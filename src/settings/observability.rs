@@ -84,7 +84,10 @@ pub fn resolve(
         })?,
         None => DEFAULT_NEAR_LIMIT_RATIO,
     };
-    // Like envoyproxy/ratelimit, which opens PROMETHEUS_ADDR only with USE_PROMETHEUS.
+    // Opened whenever PROMETHEUS_ADDR is set, unless USE_PROMETHEUS=false. upstream
+    // opens it only with USE_PROMETHEUS=true, which defaults to false there (and the
+    // address to :9090); here metrics are on by default, so naming the address is
+    // asking for the listener. Envoy Gateway sets both, which reads the same either way.
     let prometheus = match var("PROMETHEUS_ADDR") {
         Some(addr) if metrics => Some(PrometheusListener {
             addr: go_listen_address("PROMETHEUS_ADDR", &addr)?,
