@@ -11,7 +11,9 @@ use serde_json::{Value as Json, json};
 
 use crate::common::process::free_ports;
 use crate::common::tls_certs::TestCa;
-use crate::xds_plane::{Caller, ControlPlane, http_get, resource, serve, wait_healthy, write_pem};
+use crate::xds_plane::{
+    Caller, ControlPlane, WAIT, http_get, resource, serve, wait_healthy, write_pem,
+};
 
 /// An ACK of `version`: the version named, a nonce, no error.
 fn is_ack(event: &Json, version: &str) -> bool {
@@ -232,6 +234,13 @@ fn a_bad_update_is_nacked_with_its_errors_and_the_old_limits_keep_answering() {
         "a NACK names the version served: {nack}"
     );
     assert_eq!(nack["error_detail"]["code"], 3, "INVALID_ARGUMENT: {nack}");
+    // The NACK names the refused response by its nonce (the event of the send may
+    // come after the NACK's: the plane reports a send once the stream took it).
+    let sent = plane.wait_for("the send of v2", |e| e["event"] == "sent" && e["version"] == "v2");
+    assert_eq!(
+        nack["response_nonce"], sent["nonce"],
+        "the NACK answers v2's response: {nack} {sent}"
+    );
     let message = nack["error_detail"]["message"].as_str().unwrap();
     assert!(
         message.contains("cannot decode RateLimitConfig"),
@@ -360,21 +369,28 @@ fn mtls_refuses_a_wrong_client_certificate_and_accepts_the_right_one() {
     let bad_vars: Vec<(&str, &str)> = bad_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let mut refused = serve(plane.port, grpc, http, &bad_vars);
     refused.wait_until_serving(grpc);
-    // Long enough for several attempts at 100-400 ms apart.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
+    // Two refused attempts logged (one warning a second at most), so the client has
+    // tried again after the first refusal; neither may have opened a stream.
+    let failures = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("xds_stream_broken") || l.contains("xds_connect_failed"))
+            .count()
+    };
+    let deadline = Instant::now() + WAIT;
+    while failures(&refused.log()) < 2 {
         assert!(
-            !plane.drain().iter().any(|e| e["event"] == "stream_open"),
-            "a stream opened with a certificate from another CA"
+            Instant::now() < deadline,
+            "two refusals logged within {WAIT:?}:\n{}",
+            refused.log()
         );
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
     }
+    assert!(
+        !plane.drain().iter().any(|e| e["event"] == "stream_open"),
+        "a stream opened with a certificate from another CA"
+    );
     assert!(http_get(http, "/healthcheck").starts_with("NOT_SERVING"));
     let log = refused.log();
-    assert!(
-        log.contains("xds_stream_broken") || log.contains("xds_connect_failed"),
-        "the refusal is logged:\n{log}"
-    );
     assert!(!log.contains("config_reloaded"), "{log}");
     assert_eq!(refused.terminate().code(), Some(0));
 
