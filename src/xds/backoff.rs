@@ -97,7 +97,10 @@ mod tests {
             retry.next_delay();
         }
         assert_eq!(spread(Duration::MAX, 0.0), Duration::MAX);
-        assert_eq!(spread(Duration::from_secs(2), f64::NAN), Duration::from_secs(2));
+        assert_eq!(
+            spread(Duration::from_secs(2), f64::NAN),
+            Duration::from_secs(2)
+        );
     }
 
     #[test]

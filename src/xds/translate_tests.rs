@@ -154,7 +154,8 @@ fn the_host_part_of_a_type_url_is_not_compared() {
     let config = compile(&[other_host]).unwrap();
     assert!(config.domain("d").is_some());
     let mut near_miss = any(&resource);
-    near_miss.type_url = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfigs".into();
+    near_miss.type_url =
+        "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfigs".into();
     assert!(compile(&[near_miss]).is_err());
 }
 

@@ -236,7 +236,9 @@ fn a_bad_update_is_nacked_with_its_errors_and_the_old_limits_keep_answering() {
     assert_eq!(nack["error_detail"]["code"], 3, "INVALID_ARGUMENT: {nack}");
     // The NACK names the refused response by its nonce (the event of the send may
     // come after the NACK's: the plane reports a send once the stream took it).
-    let sent = plane.wait_for("the send of v2", |e| e["event"] == "sent" && e["version"] == "v2");
+    let sent = plane.wait_for("the send of v2", |e| {
+        e["event"] == "sent" && e["version"] == "v2"
+    });
     assert_eq!(
         nack["response_nonce"], sent["nonce"],
         "the NACK answers v2's response: {nack} {sent}"
