@@ -108,7 +108,12 @@ pub fn args(
     let set = |name: &str| env(name).filter(|v| !v.trim().is_empty());
     // Only when DEBUG_PORT is unset: then the settings would leave the debug port off,
     // where upstream's default is 6070. A flag would beat DEBUG_HOST, so it is folded in.
-    if set("DEBUG_PORT").is_none() {
+    // A --debug-addr given by hand wins (clap refuses the flag twice).
+    let given = args[1..].iter().any(|a| {
+        a.to_str()
+            .is_some_and(|a| a == "--debug-addr" || a.starts_with("--debug-addr="))
+    });
+    if set("DEBUG_PORT").is_none() && !given {
         let host = set("DEBUG_HOST").unwrap_or_else(|| "0.0.0.0".into());
         let host = if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]")
@@ -164,6 +169,38 @@ mod tests {
         );
         let cli = Cli::try_parse_from(parsed(&["/bin/ratelimit"], &[])).unwrap();
         assert!(matches!(cli.command, Command::Serve(f) if f.debug_addr.is_some()));
+    }
+
+    #[test]
+    fn a_debug_addr_given_by_hand_is_not_doubled() {
+        for argv in [
+            &["ratelimit", "--debug-addr", "127.0.0.1:7000"][..],
+            &["ratelimit", "--debug-addr=127.0.0.1:7000"][..],
+        ] {
+            let line = parsed(argv, &[]);
+            assert_eq!(line[..2], ["ratelimit", "serve"]);
+            assert_eq!(
+                line.iter()
+                    .filter(|a| a.starts_with("--debug-addr"))
+                    .count(),
+                1
+            );
+            let cli = Cli::try_parse_from(&line).unwrap();
+            let Command::Serve(flags) = cli.command else {
+                panic!("{line:?} is not serve");
+            };
+            assert_eq!(flags.debug_addr.unwrap().to_string(), "127.0.0.1:7000");
+        }
+    }
+
+    #[test]
+    fn ratelimit_help_is_the_help_of_serve() {
+        // `ratelimit` serves, so its help lists serve's flags and variables.
+        let error = Cli::try_parse_from(parsed(&["ratelimit", "-h"], &[])).unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::DisplayHelp);
+        let text = error.to_string();
+        assert!(text.contains("serve"), "{text}");
+        assert!(text.contains("--debug-addr"), "{text}");
     }
 
     #[test]
