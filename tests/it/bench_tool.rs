@@ -86,9 +86,12 @@ async fn open_loop_holds_the_rate_and_counts_over_limit() {
     );
     let report = bench::run(opts.clone()).await.expect("the run completes");
     let answered = report.answered as f64;
-    // A loaded 2-core machine may stall the server; the offered rate caps the count.
+    // A loaded 2-core machine may stall the server. The count is capped by the calls
+    // intended inside the measured second (400, +1 for the tick at its start) plus
+    // those still in flight when it began (at most max_in_flight = 64: a stall in the
+    // warm-up leaves that backlog to finish inside the window).
     assert!(
-        (100.0..=440.0).contains(&answered),
+        (100.0..=465.0).contains(&answered),
         "400 req/s for 1 s answered {answered}: {report:?}"
     );
     assert_eq!(report.rate, Some(400.0));
