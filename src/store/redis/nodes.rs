@@ -98,16 +98,23 @@ impl Nodes {
             .clone()
     }
 
-    /// Runs `call` (one slot group on `slot`) under its master's breaker; a failure is
-    /// counted for that master and asks for a fresh slot map soon.
+    /// Runs `call` (one slot group on `slot`) by `deadline` under its master's
+    /// breaker; a failure charged to that master (see [`CircuitBreaker::call_by`]:
+    /// a timeout after less than `fair` is not) is counted for it and asks for a
+    /// fresh slot map soon.
     pub async fn call<T>(
         self: &Arc<Self>,
         slot: u16,
+        deadline: tokio::time::Instant,
+        fair: Duration,
+        timeout: Duration,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let breaker = self.breaker(slot);
-        let result = breaker.call(call).await;
-        if let Err(error) = &result {
+        let (result, charged) = breaker.call_by(deadline, fair, timeout, call).await;
+        if let Err(error) = &result
+            && charged
+        {
             if let Some(metrics) = &self.metrics {
                 metrics.node_error(breaker.node(), error.kind());
             }
