@@ -135,7 +135,14 @@ impl Nodes {
     fn refresh_soon(self: &Arc<Self>) {
         let now = self.now_ms();
         let last = self.last_refresh_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < REFRESH_GAP.as_millis() as u64 {
+        // Claimed here, before spawning, so a burst of failed calls spawns one
+        // refresh and not one each (the task stores the time again when it starts).
+        if now.saturating_sub(last) < REFRESH_GAP.as_millis() as u64
+            || self
+                .last_refresh_ms
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
             return;
         }
         let nodes = self.clone();
