@@ -21,6 +21,9 @@ use crate::telemetry::ratelimited;
 /// The `node` label of the one breaker in front of the whole store.
 pub const ALL_NODES: &str = "all";
 
+/// A shared budget left below this is not worth a call ([`CircuitBreaker::call_by`]).
+pub const MIN_TRIAL: Duration = Duration::from_millis(1);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerOptions {
     pub failures_to_open: u32,
@@ -134,14 +137,63 @@ impl CircuitBreaker {
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
+        self.call_judged(call, |_| true).await
+    }
+
+    /// [`CircuitBreaker::call`] bounded by `deadline`, one of several calls sharing it
+    /// (a cluster request's slot groups). Returns the result and whether it was
+    /// charged to this breaker.
+    ///
+    /// Why not every timeout counts: the calls before this one may have spent the
+    /// shared budget on another, slow node. A timeout is evidence against this node
+    /// only when the call had a fair trial, at least `fair` of time; a shorter budget
+    /// that runs out fails the call (the request follows its failure mode) but
+    /// leaves the breaker as it was. A budget under [`MIN_TRIAL`] is not tried at all.
+    pub async fn call_by<T>(
+        &self,
+        deadline: tokio::time::Instant,
+        fair: Duration,
+        timeout: Duration,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> (Result<T, StoreError>, bool) {
+        let budget = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if budget < MIN_TRIAL {
+            return (Err(StoreError::Timeout(timeout)), false);
+        }
+        let fair_trial = budget >= fair;
+        let mut charged = true;
+        let bounded = async {
+            tokio::time::timeout_at(deadline, call)
+                .await
+                .unwrap_or(Err(StoreError::Timeout(timeout)))
+        };
+        let result = self
+            .call_judged(bounded, |result| {
+                charged = fair_trial || !matches!(result, Err(StoreError::Timeout(_)));
+                charged
+            })
+            .await;
+        // Refused while open: counted already, as the failures that opened it.
+        (result, charged)
+    }
+
+    /// Runs `call` under the breaker; its result is recorded when `counts` says so (an
+    /// uncounted probe hands the probe on, as a cancelled one does).
+    async fn call_judged<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+        counts: impl FnOnce(&Result<T, StoreError>) -> bool,
+    ) -> Result<T, StoreError> {
         let probe = self.admit()?;
         let mut guard = ProbeGuard {
             breaker: self,
             armed: probe,
         };
         let result = call.await;
-        guard.armed = false;
-        self.record(result.is_ok());
+        if counts(&result) {
+            guard.armed = false;
+            self.record(result.is_ok());
+        }
         result
     }
 
@@ -344,5 +396,69 @@ mod tests {
         breaker.inner.0.store(2, Ordering::SeqCst);
         assert!(breaker.decide(&[]).await.is_ok());
         assert_eq!(state().as_deref(), Some("0"));
+    }
+    /// A shared deadline spent elsewhere (an earlier slot group on a slow master) must
+    /// not open this breaker: only timeouts after a fair trial count.
+    #[tokio::test]
+    async fn only_a_fair_trial_charges_a_timeout() {
+        let breaker = CircuitBreaker::new(
+            "b",
+            BreakerOptions {
+                failures_to_open: 1,
+                open_for: Duration::from_secs(60),
+            },
+            None,
+        );
+        let fair = Duration::from_millis(50);
+        let timeout = Duration::from_millis(250);
+        let hangs = || std::future::pending::<Result<(), StoreError>>();
+        let now = tokio::time::Instant::now;
+        // Budget already gone: not even tried.
+        let (result, charged) = breaker.call_by(now(), fair, timeout, hangs()).await;
+        assert!(matches!(result, Err(StoreError::Timeout(_))) && !charged);
+        // A little budget, run out: failed, not charged.
+        let deadline = now() + Duration::from_millis(5);
+        let (result, charged) = breaker.call_by(deadline, fair, timeout, hangs()).await;
+        assert!(matches!(result, Err(StoreError::Timeout(_))) && !charged);
+        assert!(
+            !breaker.is_open(),
+            "opened by timeouts without a fair trial"
+        );
+        // A short budget that is enough is a success as ever.
+        let deadline = now() + Duration::from_millis(5);
+        let ok = async { Ok::<(), StoreError>(()) };
+        assert!(breaker.call_by(deadline, fair, timeout, ok).await.0.is_ok());
+        // Any other failure counts whatever the budget.
+        let down = async { Err::<(), _>(StoreError::Unavailable("down".into())) };
+        let (_, charged) = breaker.call_by(deadline, fair, timeout, down).await;
+        assert!(charged && breaker.is_open());
+    }
+
+    #[tokio::test]
+    async fn a_fair_timeout_opens_and_an_uncharged_probe_is_handed_on() {
+        let breaker = CircuitBreaker::new(
+            "b",
+            BreakerOptions {
+                failures_to_open: 1,
+                open_for: Duration::ZERO,
+            },
+            None,
+        );
+        let fair = Duration::from_millis(5);
+        let timeout = Duration::from_millis(250);
+        let hangs = || std::future::pending::<Result<(), StoreError>>();
+        let now = tokio::time::Instant::now;
+        let deadline = now() + Duration::from_millis(10);
+        let (result, charged) = breaker.call_by(deadline, fair, timeout, hangs()).await;
+        assert!(matches!(result, Err(StoreError::Timeout(_))) && charged);
+        assert!(breaker.is_open());
+        // The probe gets too little time: not charged, and the next call probes.
+        let deadline = now() + Duration::from_millis(2);
+        let (_, charged) = breaker.call_by(deadline, fair, timeout, hangs()).await;
+        assert!(!charged && breaker.is_open());
+        let ok = async { Ok::<(), StoreError>(()) };
+        let deadline = now() + Duration::from_millis(100);
+        assert!(breaker.call_by(deadline, fair, timeout, ok).await.0.is_ok());
+        assert!(!breaker.is_open());
     }
 }

@@ -15,15 +15,17 @@
 //! follows MOVED and ASK. Between a failover and the next refresh the new master's
 //! calls are counted against the old one's breaker; a success there (its half-open
 //! probe reaching the new master through redis-rs) closes it again. Slots the map
-//! does not know (before the first answer) share one breaker, `unmapped`.
+//! does not know (before the first answer) share one breaker, `unmapped`, published
+//! as `node="unmapped"` while the map leaves any slot without a master.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use redis::Value;
+use futures_util::future::select_ok;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use super::connect::describe;
 use super::slots::SlotMap;
@@ -40,6 +42,10 @@ pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 pub const REFRESH_GAP: Duration = Duration::from_secs(1);
 /// Bound on one `CLUSTER SLOTS`: it may be routed to the stalled master itself.
 const REFRESH_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Nodes asked at random on each refresh, besides the known masters.
+const RANDOM_ASKS: usize = 3;
+const NO_MASTER: &str = "CLUSTER SLOTS listed no master";
 
 /// The breaker of slots the map has no master for.
 pub const UNMAPPED: &str = "unmapped";
@@ -73,7 +79,7 @@ impl Nodes {
             known: RwLock::new(Known {
                 map: SlotMap::default(),
                 breakers: HashMap::new(),
-                unmapped: Arc::new(CircuitBreaker::new(UNMAPPED, options, None)),
+                unmapped: Arc::new(CircuitBreaker::new(UNMAPPED, options, metrics.as_ref())),
             }),
             connection,
             options,
@@ -98,16 +104,23 @@ impl Nodes {
             .clone()
     }
 
-    /// Runs `call` (one slot group on `slot`) under its master's breaker; a failure is
-    /// counted for that master and asks for a fresh slot map soon.
+    /// Runs `call` (one slot group on `slot`) by `deadline` under its master's
+    /// breaker; a failure charged to that master (see [`CircuitBreaker::call_by`]:
+    /// a timeout after less than `fair` is not) is counted for it and asks for a
+    /// fresh slot map soon.
     pub async fn call<T>(
         self: &Arc<Self>,
         slot: u16,
+        deadline: tokio::time::Instant,
+        fair: Duration,
+        timeout: Duration,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let breaker = self.breaker(slot);
-        let result = breaker.call(call).await;
-        if let Err(error) = &result {
+        let (result, charged) = breaker.call_by(deadline, fair, timeout, call).await;
+        if let Err(error) = &result
+            && charged
+        {
             if let Some(metrics) = &self.metrics {
                 metrics.node_error(breaker.node(), error.kind());
             }
@@ -120,39 +133,79 @@ impl Nodes {
     }
 
     fn refresh_soon(self: &Arc<Self>) {
-        let now = self.epoch.elapsed().as_millis() as u64;
+        let now = self.now_ms();
         let last = self.last_refresh_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < REFRESH_GAP.as_millis() as u64 {
+        // Claimed here, before spawning, so a burst of failed calls spawns one
+        // refresh and not one each (the task stores the time again when it starts).
+        if now.saturating_sub(last) < REFRESH_GAP.as_millis() as u64
+            || self
+                .last_refresh_ms
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
             return;
         }
         let nodes = self.clone();
         tokio::spawn(async move { nodes.refresh().await });
     }
 
-    /// Asks any node for `CLUSTER SLOTS` and installs the answer; on failure keeps
-    /// the map it had (logged at debug: the failing calls are logged already).
+    /// Asks for `CLUSTER SLOTS` and installs the answer; on failure keeps the map it
+    /// had (logged at debug: the failing calls are logged already).
     async fn refresh(&self) {
         if self.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
         // Cleared however this ends, also when the future is dropped mid-way.
         let _refreshing = Refreshing(&self.refreshing);
-        self.last_refresh_ms
-            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
-        let ask = redis::cmd("CLUSTER").arg("SLOTS").clone();
-        let mut connection = self.connection.clone();
-        let answer =
-            tokio::time::timeout(REFRESH_TIMEOUT, ask.query_async::<Value>(&mut connection)).await;
-        let parsed = match answer {
-            Ok(Ok(reply)) => SlotMap::parse(&reply),
-            Ok(Err(e)) => Err(describe(&e)),
-            Err(_) => Err(format!("no answer within {REFRESH_TIMEOUT:?}")),
-        };
-        match parsed {
-            Ok(map) if !map.is_empty() => self.install(map),
-            Ok(_) => tracing::debug!("CLUSTER SLOTS listed no master; keeping the slot map"),
+        self.last_refresh_ms.store(self.now_ms(), Ordering::Relaxed);
+        match self.ask_slots().await {
+            Ok(map) => self.install(map),
             Err(error) => tracing::debug!(%error, "CLUSTER SLOTS failed; keeping the slot map"),
         }
+    }
+
+    /// `CLUSTER SLOTS` from several nodes at once, the first usable answer: every
+    /// known master, plus [`RANDOM_ASKS`] nodes picked by redis-rs (the only way to
+    /// reach a node before the first map, and new nodes after it). Asked one node
+    /// at a time, a stalled node would hold the map back for [`REFRESH_TIMEOUT`].
+    async fn ask_slots(&self) -> Result<SlotMap, String> {
+        let mut routes: Vec<SingleNodeRoutingInfo> = {
+            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            known
+                .map
+                .masters()
+                .into_iter()
+                .filter_map(|master| {
+                    let (host, port) = master.rsplit_once(':')?;
+                    Some(SingleNodeRoutingInfo::ByAddress {
+                        host: host.to_owned(),
+                        port: port.parse().ok()?,
+                    })
+                })
+                .collect()
+        };
+        routes.extend((0..RANDOM_ASKS).map(|_| SingleNodeRoutingInfo::Random));
+        let asks = routes.into_iter().map(|route| {
+            let mut connection = self.connection.clone();
+            Box::pin(async move {
+                let ask = redis::cmd("CLUSTER").arg("SLOTS").clone();
+                let reply = connection.route_command(ask, RoutingInfo::SingleNode(route));
+                match tokio::time::timeout(REFRESH_TIMEOUT, reply).await {
+                    Ok(Ok(reply)) => SlotMap::parse(&reply)
+                        .and_then(|map| non_empty(map).ok_or_else(|| NO_MASTER.to_owned())),
+                    Ok(Err(e)) => Err(describe(&e)),
+                    Err(_) => Err(format!("no answer within {REFRESH_TIMEOUT:?}")),
+                }
+            })
+        });
+        // Never empty (select_ok panics on none): RANDOM_ASKS is above zero. The last
+        // error stands for all of them: they are logged at debug only.
+        const { assert!(RANDOM_ASKS > 0) };
+        select_ok(asks).await.map(|(map, _)| map)
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
     }
 
     /// Installs `map`: a breaker for each new master (closed), the same breaker for a
@@ -188,7 +241,22 @@ impl Nodes {
         );
         known.breakers = breakers;
         known.map = map;
+        // A fresh, closed `unmapped` breaker: one left open by failures before this
+        // map would stay so (its gauge too) until an unmapped slot is called again.
+        // Published only while some slot has no master, so that a healthy cluster
+        // shows one breaker per master and nothing else.
+        let metrics = self.metrics.as_ref().filter(|_| !known.map.covers_all());
+        if metrics.is_none()
+            && let Some(all) = &self.metrics
+        {
+            all.node_gone(UNMAPPED);
+        }
+        known.unmapped = Arc::new(CircuitBreaker::new(UNMAPPED, self.options, metrics));
     }
+}
+
+fn non_empty(map: SlotMap) -> Option<SlotMap> {
+    (!map.is_empty()).then_some(map)
 }
 
 /// Clears the one-refresh-at-a-time flag when dropped.

@@ -29,6 +29,18 @@ impl SlotMap {
         masters
     }
 
+    /// Whether every one of the 16384 slots has a master.
+    pub fn covers_all(&self) -> bool {
+        let mut next: u32 = 0;
+        for (start, end, _) in &self.ranges {
+            if u32::from(*start) > next {
+                return false;
+            }
+            next = next.max(u32::from(*end) + 1);
+        }
+        next == 16384
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
@@ -123,6 +135,7 @@ mod tests {
             map.masters(),
             ["10.0.0.2:7002", "127.0.0.1:7001", "127.0.0.1:7003"]
         );
+        assert!(map.covers_all());
     }
 
     #[test]
@@ -131,6 +144,7 @@ mod tests {
         let map = SlotMap::parse(&reply).unwrap();
         assert_eq!(map.master_of(9), None);
         assert_eq!(map.master_of(21), None);
+        assert!(!map.covers_all() && !SlotMap::default().covers_all());
         assert!(SlotMap::parse(&Value::Int(1)).is_err());
         assert!(SlotMap::parse(&Value::Array(vec![Value::Int(1)])).is_err());
         let bad = Value::Array(vec![range(0, 70000, node("h", 1))]);
