@@ -155,12 +155,11 @@ impl RedisStore {
             return Err(StoreError::Unavailable(NOT_CONNECTED.to_owned()));
         };
         match backend {
-            // The batcher keeps the deadline itself (one timer per call, not one per
-            // request).
+            // The batcher keeps each request's deadline itself (one timer per call,
+            // not one per request).
             Backend::Standalone(batcher) => {
                 let wire = ops.iter().map(WireOp::new).collect();
-                let deadline = tokio::time::Instant::now() + self.timeout;
-                let replies = batcher.decide(keys, wire, dry_run, deadline).await?;
+                let replies = batcher.decide(keys, wire, dry_run).await?;
                 Ok(replies.into_iter().map(|r| r.decision).collect())
             }
             // The cluster applies the deadline call by call itself: cut short from

@@ -79,6 +79,8 @@ impl Health {
 pub struct Batcher {
     queue: mpsc::UnboundedSender<Job>,
     health: Arc<Health>,
+    /// Each request's budget: its deadline is its arrival plus this.
+    timeout: Duration,
 }
 
 impl Batcher {
@@ -86,23 +88,27 @@ impl Batcher {
     /// not answered by its deadline gets [`StoreError::Timeout`] naming `timeout`.
     pub fn start<C>(connection: C, timeout: Duration) -> Self
     where
-        C: ConnectionLike + Clone + Send + Sync + 'static,
+        C: ConnectionLike + Clone + Send + 'static,
     {
         let (queue, jobs) = mpsc::unbounded_channel();
         let health = Arc::new(Health::default());
         tokio::spawn(drain(jobs, connection, timeout, Arc::clone(&health)));
-        Self { queue, health }
+        Self {
+            queue,
+            health,
+            timeout,
+        }
     }
 
     /// Decides one request's operations (keys already encoded), all or nothing; the
-    /// answer comes by `deadline` (a [`StoreError::Timeout`] then).
+    /// answer comes within the store's timeout (a [`StoreError::Timeout`] then).
     pub async fn decide(
         &self,
         keys: Vec<String>,
         ops: Vec<WireOp>,
         dry_run: bool,
-        deadline: Instant,
     ) -> Result<Vec<Reply>, StoreError> {
+        let deadline = Instant::now() + self.timeout;
         if self.health.is_down() {
             return Err(StoreError::Unavailable(DOWN.to_owned()));
         }
@@ -143,7 +149,7 @@ async fn drain<C>(
     timeout: Duration,
     health: Arc<Health>,
 ) where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
+    C: ConnectionLike + Clone + Send + 'static,
 {
     let mut depth = Depth::default();
     let mut calls = FuturesUnordered::new();

@@ -29,7 +29,7 @@ pub(super) fn connection_lost(error: &redis::RedisError) -> bool {
 /// Marks the store down and starts the recovery task, unless it is down already.
 pub(super) fn mark_down<C>(health: &Arc<Health>, connection: &C, error: &StoreError)
 where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
+    C: ConnectionLike + Clone + Send + 'static,
 {
     if health.down.swap(true, Ordering::Relaxed) {
         return;
