@@ -49,6 +49,12 @@ impl Expiry<Key, DeniedUntil> for UntilExpiry {
 pub struct OverLimitCache<S> {
     inner: S,
     denied: Cache<Key, DeniedUntil>,
+    /// The latest instant any remembered denial lasts until, in ms after `epoch`:
+    /// past it nothing cached can answer, so a request skips the lookups (each one
+    /// clones and hashes a whole counter key), which is every request while nothing
+    /// is being denied.
+    latest: AtomicU64,
+    epoch: Instant,
     /// Operations answered from the cache (for metrics and tests).
     hits: AtomicU64,
 }
@@ -75,12 +81,20 @@ impl<S: Store> OverLimitCache<S> {
         Self {
             inner,
             denied,
+            latest: AtomicU64::new(0),
+            epoch: Instant::now(),
             hits: AtomicU64::new(0),
         }
     }
 
     pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
+    }
+
+    /// `at` in ms after `epoch`, rounded up (so `latest` never ends a denial early).
+    fn millis(&self, at: Instant) -> u64 {
+        let since = at.saturating_duration_since(self.epoch);
+        u64::try_from(since.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
     }
 
     fn cached(&self, op: &CounterOp, now: Instant) -> Option<Duration> {
@@ -100,8 +114,9 @@ impl<S: Store> OverLimitCache<S> {
                 && !d.allowed
                 && let Some(retry) = d.retry_after.filter(|r| !r.is_zero())
             {
-                self.denied
-                    .insert(key(op), DeniedUntil { until: now + retry });
+                let until = now + retry;
+                self.latest.fetch_max(self.millis(until), Ordering::Relaxed);
+                self.denied.insert(key(op), DeniedUntil { until });
             }
         }
     }
@@ -113,7 +128,12 @@ impl<S: Store> OverLimitCache<S> {
         local: &mut Vec<usize>,
     ) -> Result<Vec<Decision>, super::StoreError> {
         let now = Instant::now();
-        let cached: Vec<Option<Duration>> = ops.iter().map(|op| self.cached(op, now)).collect();
+        let cached: Vec<Option<Duration>> =
+            if self.millis(now) > self.latest.load(Ordering::Relaxed) {
+                Vec::new()
+            } else {
+                ops.iter().map(|op| self.cached(op, now)).collect()
+            };
         if cached.iter().all(Option::is_none) {
             let decisions = self.inner.decide(ops).await?;
             self.remember(ops, &decisions, now);

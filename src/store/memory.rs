@@ -44,13 +44,24 @@ struct Entry {
     expires_ms: u64,
 }
 
+/// What the cache holds per counter: the entry behind a lock of its own, so a counter
+/// already in the cache is updated in place (a lookup) instead of inserted again (an
+/// insert allocates several of moka's nodes, each request). Every write happens under
+/// the batch lock; this lock only makes the write visible to the cache's callbacks.
+type Slot = Arc<Mutex<Entry>>;
+
+fn read(slot: &Slot) -> std::sync::MutexGuard<'_, Entry> {
+    // Nothing panics while holding it (a plain assignment), so poison says nothing.
+    slot.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Counters in a bounded cache; a request's whole batch is decided and written under
 /// one lock, which is what makes the batch atomic (the cache alone is atomic per key
 /// only).
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     batch: Mutex<()>,
-    counters: Cache<CounterKey, Entry>,
+    counters: Cache<CounterKey, Slot>,
 }
 
 /// Drops an entry when its state has expired by the store's clock, so idle counters
@@ -61,43 +72,63 @@ struct UntilExpired {
 }
 
 impl UntilExpired {
-    fn left(&self, entry: &Entry) -> Option<Duration> {
+    fn left(&self, slot: &Slot) -> Option<Duration> {
         Some(Duration::from_millis(
-            entry.expires_ms.saturating_sub(self.clock.now_millis()),
+            read(slot)
+                .expires_ms
+                .saturating_sub(self.clock.now_millis()),
         ))
     }
 }
 
-impl Expiry<CounterKey, Entry> for UntilExpired {
-    fn expire_after_create(&self, _: &CounterKey, entry: &Entry, _: Instant) -> Option<Duration> {
-        self.left(entry)
+impl Expiry<CounterKey, Slot> for UntilExpired {
+    fn expire_after_create(&self, _: &CounterKey, slot: &Slot, _: Instant) -> Option<Duration> {
+        self.left(slot)
     }
 
     fn expire_after_update(
         &self,
         _: &CounterKey,
-        entry: &Entry,
+        slot: &Slot,
         _: Instant,
         _: Option<Duration>,
     ) -> Option<Duration> {
-        self.left(entry)
+        self.left(slot)
+    }
+
+    /// An entry updated in place is read right after (see `write`), so its new
+    /// expiry reaches the cache this way.
+    fn expire_after_read(
+        &self,
+        _: &CounterKey,
+        slot: &Slot,
+        _: Instant,
+        _: Option<Duration>,
+        _: Instant,
+    ) -> Option<Duration> {
+        self.left(slot)
     }
 }
 
 /// The estimated bytes one counter holds: the key's strings, the state's heap (a
 /// sliding log's timestamps), the fixed parts and [`ENTRY_OVERHEAD`].
-fn weigh(key: &CounterKey, entry: &Entry) -> u32 {
+fn weigh(key: &CounterKey, slot: &Slot) -> u32 {
     let strings: usize = key
         .entries
         .iter()
         .map(|(k, v)| k.len() + v.len() + 2 * 16)
         .sum();
-    let state = match &entry.state {
-        State::SlidingLog(log) => log.hits.capacity() * 8,
-        _ => 0,
-    };
+    let state = state_bytes(&read(slot).state);
     let fixed = std::mem::size_of::<CounterKey>() + std::mem::size_of::<Entry>();
     u32::try_from(ENTRY_OVERHEAD + fixed + strings + state).unwrap_or(u32::MAX)
+}
+
+/// A state's own heap bytes (a sliding log's timestamps).
+fn state_bytes(state: &State) -> usize {
+    match state {
+        State::SlidingLog(log) => log.hits.capacity() * 8,
+        _ => 0,
+    }
 }
 
 impl MemoryStore {
@@ -188,12 +219,43 @@ impl MemoryStore {
         self.batch.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The counter's state, unless it has expired.
-    fn current(&self, key: &CounterKey, now: u64) -> Option<State> {
+    /// The counter's slot, if the cache holds one, and its state unless expired.
+    fn current(&self, key: &CounterKey, now: u64) -> (Option<Slot>, Option<State>) {
+        let Some(slot) = self.counters.get(key) else {
+            return (None, None);
+        };
+        let state = {
+            let entry = read(&slot);
+            (entry.expires_ms > now).then(|| entry.state.clone())
+        };
+        (Some(slot), state)
+    }
+
+    /// Stores a counter's new entry: in place when the cache still holds `slot` and
+    /// the entry weighs what it did (the cache weighs on insert only), else inserted.
+    fn write(&self, key: &CounterKey, slot: Option<&Slot>, entry: Entry) {
+        if let Some(slot) = slot {
+            let mut current = read(slot);
+            if state_bytes(&current.state) == state_bytes(&entry.state) {
+                *current = entry;
+                drop(current);
+                // The read hands the new expiry to the cache (`expire_after_read`) and
+                // proves the slot was not evicted meanwhile.
+                if self
+                    .counters
+                    .get(key)
+                    .is_some_and(|held| Arc::ptr_eq(&held, slot))
+                {
+                    return;
+                }
+                let entry = read(slot).clone();
+                self.counters
+                    .insert(key.clone(), Arc::new(Mutex::new(entry)));
+                return;
+            }
+        }
         self.counters
-            .get(key)
-            .filter(|entry| entry.expires_ms > now)
-            .map(|entry| entry.state)
+            .insert(key.clone(), Arc::new(Mutex::new(entry)));
     }
 
     /// Decides a batch synchronously; see [`Store`] for the contract.
@@ -209,8 +271,9 @@ impl MemoryStore {
     fn decide_batch(&self, ops: &[CounterOp], dry_run: bool) -> Vec<Decision> {
         let now = self.clock.now_millis();
         let _batch = self.lock();
-        // Each counter's stored state, read once (a clone out of the cache).
-        let stored: Vec<Option<State>> = ops.iter().map(|op| self.current(&op.key, now)).collect();
+        // Each counter's slot and stored state, read once (a clone out of the cache).
+        let stored: Vec<(Option<Slot>, Option<State>)> =
+            ops.iter().map(|op| self.current(&op.key, now)).collect();
 
         // Tentative states, one per op, so later ops on the same counter see earlier ones.
         let mut tentative: Vec<State> = Vec::with_capacity(ops.len());
@@ -219,7 +282,7 @@ impl MemoryStore {
         for (i, op) in ops.iter().enumerate() {
             let prior = match ops[..i].iter().rposition(|earlier| earlier.key == op.key) {
                 Some(j) => Some(&tentative[j]),
-                None => stored[i].as_ref(),
+                None => stored[i].1.as_ref(),
             };
             let (state, decision) = algorithm::decide(prior, &op.params, now, op.cost);
             vetoed |= op.vetoes && !decision.allowed;
@@ -233,7 +296,7 @@ impl MemoryStore {
             // on the untouched state, and no shaping wait for what was not consumed.
             for (i, (op, decision)) in ops.iter().zip(decisions.iter_mut()).enumerate() {
                 if decision.allowed {
-                    let check = algorithm::decide(stored[i].as_ref(), &op.params, now, 0).1;
+                    let check = algorithm::decide(stored[i].1.as_ref(), &op.params, now, 0).1;
                     decision.remaining = check.remaining;
                     decision.reset_after = check.reset_after;
                     decision.delay = std::time::Duration::ZERO;
@@ -243,17 +306,16 @@ impl MemoryStore {
             // Each counter that admitted something is written once, with the state
             // its last operation left (as lua/batch.lua does: a counter whose
             // operations were all denied keeps its stored state untouched).
-            let mut written: Vec<&CounterKey> = Vec::new();
             for (i, op) in ops.iter().enumerate().rev() {
-                if !decisions[i].allowed || written.contains(&&op.key) {
+                let later = || ops[i + 1..].iter().zip(&decisions[i + 1..]);
+                // Written already by a later admitted operation on the same counter.
+                if !decisions[i].allowed || later().any(|(o, d)| d.allowed && o.key == op.key) {
                     continue;
                 }
-                written.push(&op.key);
                 let last = ops.iter().rposition(|o| o.key == op.key).unwrap_or(i);
                 let state = tentative[last].clone();
                 let expires_ms = algorithm::expires_at_ms(&state, &op.params, now);
-                self.counters
-                    .insert(op.key.clone(), Entry { state, expires_ms });
+                self.write(&op.key, stored[i].0.as_ref(), Entry { state, expires_ms });
             }
         }
         decisions

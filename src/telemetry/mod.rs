@@ -160,17 +160,23 @@ fn install(settings: &LogSettings, provider: Option<SdkTracerProvider>) {
             .with_filter(filter)
             .boxed()
     };
-    let spans = provider.map(|provider| {
-        tracing_opentelemetry::layer()
-            .with_tracer(provider.tracer("tollgate"))
-            // Our spans, and our events as span events (a shadow-mode hit, a fallback).
-            .with_filter(Targets::new().with_target("tollgate", Level::INFO))
-    });
     // A second init (tests) keeps the first subscriber; that is not an error.
-    let _ = tracing_subscriber::registry()
-        .with(logs)
-        .with(spans)
-        .try_init();
+    let registry = tracing_subscriber::registry().with(logs);
+    match provider {
+        Some(provider) => {
+            let spans = tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("tollgate"))
+                // Our spans, and our events as span events (a shadow-mode hit, a fallback).
+                .with_filter(Targets::new().with_target("tollgate", Level::INFO));
+            let _ = registry.with(spans).try_init();
+        }
+        // No span layer at all, not an empty `Option` one: an absent `Option` layer
+        // tells tracing it wants every callsite (`Interest::always`), so each request
+        // built its spans (allocated, entered, exited, closed) for nobody.
+        None => {
+            let _ = registry.try_init();
+        }
+    }
 }
 
 /// `RUST_LOG` when set and valid (it wins); otherwise `level` with the libraries kept

@@ -29,6 +29,7 @@ mod cross_slot_latency;
 mod deploy_files;
 mod deploy_metrics;
 mod differential;
+mod fail_fast;
 mod grpc;
 mod http_json;
 mod limiter;

@@ -189,13 +189,12 @@ impl RedisStore {
             return Err(StoreError::Unavailable(NOT_CONNECTED.to_owned()));
         };
         match backend {
+            // The batcher keeps each request's deadline itself (one timer per call,
+            // not one per request).
             Backend::Standalone(batcher) => {
                 let wire = ops.iter().map(WireOp::new).collect();
-                match tokio::time::timeout(self.timeout, batcher.decide(keys, wire, dry_run)).await
-                {
-                    Ok(replies) => Ok(replies?.into_iter().map(|r| r.decision).collect()),
-                    Err(_) => Err(StoreError::Timeout(self.timeout)),
-                }
+                let replies = batcher.decide(keys, wire, dry_run).await?;
+                Ok(replies.into_iter().map(|r| r.decision).collect())
             }
             // The cluster applies the deadline call by call itself: cut short from
             // outside, a walk could not refund what it had already consumed.
