@@ -13,8 +13,9 @@
 // A counting global allocator is unsafe by nature (GlobalAlloc is an unsafe trait).
 #![allow(unsafe_code)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -26,42 +27,7 @@ use tollgate::proto::{RateLimitDescriptor, RateLimitRequest};
 use tollgate::store::breaker::BreakerOptions;
 use tollgate::store::stack;
 
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note() {
-    // `try_with`: the allocator may run while thread-locals are being torn down.
-    let _ = COUNTING.try_with(|on| {
-        if on.get() {
-            let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-        }
-    });
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use counting_alloc::{Counting, allocations};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -103,13 +69,12 @@ fn per_request(
     for _ in 0..ROUNDS {
         decide();
     }
-    ALLOCATIONS.with(|n| n.set(0));
-    COUNTING.with(|on| on.set(true));
-    for _ in 0..ROUNDS {
-        decide();
-    }
-    COUNTING.with(|on| on.set(false));
-    ALLOCATIONS.with(Cell::get) as f64 / ROUNDS as f64
+    let ((), n) = allocations(|| {
+        for _ in 0..ROUNDS {
+            decide();
+        }
+    });
+    n as f64 / ROUNDS as f64
 }
 
 #[test]
@@ -155,12 +120,6 @@ fn a_memory_store_request_allocates_what_this_file_says() {
 
 #[test]
 fn the_counter_proves_it_counts() {
-    COUNTING.with(|on| on.set(true));
-    ALLOCATIONS.with(|n| n.set(0));
-    std::hint::black_box(vec![1u8; 16]);
-    COUNTING.with(|on| on.set(false));
-    assert!(
-        ALLOCATIONS.with(Cell::get) >= 1,
-        "the counting allocator saw no allocation"
-    );
+    let (_, n) = allocations(|| std::hint::black_box(vec![1u8; 16]));
+    assert!(n >= 1, "the counting allocator saw no allocation");
 }
