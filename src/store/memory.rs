@@ -96,8 +96,8 @@ impl Expiry<CounterKey, Slot> for UntilExpired {
         self.left(slot)
     }
 
-    /// An entry updated in place is read right after (see `write`), so its new
-    /// expiry reaches the cache this way.
+    /// An entry updated in place to a new expiry is read right after (see `write`),
+    /// so its new expiry reaches the cache this way.
     fn expire_after_read(
         &self,
         _: &CounterKey,
@@ -237,8 +237,18 @@ impl MemoryStore {
         if let Some(slot) = slot {
             let mut current = read(slot);
             if state_bytes(&current.state) == state_bytes(&entry.state) {
+                let same_expiry = current.expires_ms == entry.expires_ms;
                 *current = entry;
                 drop(current);
+                // The lookup in `current` already gave the cache this expiry (a fixed
+                // window's, until the window ends: most writes), so a second lookup
+                // (a hash of the whole key) would tell it nothing. Were the slot
+                // evicted in between, the write is lost just as if the eviction came
+                // right after it, which eviction may do any time; were it expired, the
+                // unchanged expiry has passed for the new state too.
+                if same_expiry {
+                    return;
+                }
                 // The read hands the new expiry to the cache (`expire_after_read`) and
                 // proves the slot was not evicted meanwhile.
                 if self
