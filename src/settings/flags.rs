@@ -89,7 +89,7 @@ pub struct ServeFlags {
     /// TLS on the gRPC port: private key (PEM) [default: $GRPC_SERVER_TLS_KEY]
     #[arg(long, value_name = "PEM")]
     pub grpc_tls_key: Option<PathBuf>,
-    /// mTLS: clients must present a certificate signed by this CA (PEM) [default: $GRPC_CLIENT_TLS_CACERT]
+    /// mTLS: clients must present a certificate signed by this CA (PEM) [default: $GRPC_CLIENT_TLS_CACERT or $GRPC_SERVER_TLS_CA_CERT]
     #[arg(long, value_name = "PEM")]
     pub grpc_tls_client_ca: Option<PathBuf>,
     /// mTLS: a DNS name or IP the client certificate must be valid for [default: $GRPC_CLIENT_TLS_SAN]
