@@ -87,19 +87,27 @@ fn step(rng: &mut Rng, p: &Params) -> u64 {
     }
 }
 
-async fn run(algorithm: Algorithm, seed: u64) {
-    let redis = common::redis::standalone();
+/// A connection to `redis` with the batch script loaded: the calls are EVALSHA, as
+/// in production.
+pub(crate) async fn loaded_connection(
+    redis: &common::redis::RedisStandalone,
+) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(redis.url()).expect("redis url");
     let mut conn = client
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
-    // The calls below are EVALSHA, as in production: the script must be loaded.
     let _: String = scripts::BATCH
         .prepare_invoke()
         .load_async(&mut conn)
         .await
         .expect("SCRIPT LOAD");
+    conn
+}
+
+async fn run(algorithm: Algorithm, seed: u64) {
+    let redis = common::redis::standalone();
+    let mut conn = loaded_connection(redis).await;
     let prefix = common::redis::unique_prefix(&format!("differential_{}", algorithm.name()));
     let mut rng = Rng(seed);
     let start = 1_764_000_000_000 + rng.below(1_000_000);

@@ -6,6 +6,7 @@
 //! on a shared machine are not a test.
 
 use crate::common;
+use crate::differential::loaded_connection;
 
 use std::sync::Arc;
 
@@ -49,25 +50,11 @@ fn fixed_window_op(limit: u64) -> CounterOp {
     }
 }
 
-async fn connect(redis: &common::redis::RedisStandalone) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(redis.url()).expect("redis url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let _: String = scripts::BATCH
-        .prepare_invoke()
-        .load_async(&mut conn)
-        .await
-        .expect("SCRIPT LOAD");
-    conn
-}
-
 #[tokio::test]
 async fn a_hot_counter_is_read_and_written_once_per_call() {
     let redis = common::redis::custom::private_standalone("script_work").expect("private redis");
     let port = redis.port();
-    let mut conn = connect(&redis).await;
+    let mut conn = loaded_connection(&redis).await;
     let wire = [WireOp::new(&fixed_window_op(1000))];
     let keys = [String::from("script_work:hot")];
     // 13 one-operation requests on one counter, as the batcher sends them under load.
@@ -109,7 +96,7 @@ async fn a_hot_counter_is_read_and_written_once_per_call() {
 #[tokio::test]
 async fn a_malformed_operation_fails_the_whole_call() {
     let redis = common::redis::standalone();
-    let mut conn = connect(redis).await;
+    let mut conn = loaded_connection(redis).await;
     let prefix = common::redis::unique_prefix("script_work_malformed");
     let wire = [WireOp::new(&fixed_window_op(10))];
     let keys = [format!("{prefix}a"), format!("{prefix}b")];
