@@ -18,6 +18,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod hash;
 pub mod limiter;
 pub mod metrics;
 pub mod proto;

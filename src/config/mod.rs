@@ -19,8 +19,9 @@ pub mod tree;
 pub mod walk;
 pub mod watch;
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use crate::hash::FastMap;
 
 pub use diagnostics::{ConfigError, ConfigErrors};
 pub use limit::{Limit, Unit};
@@ -31,7 +32,7 @@ pub use tree::{Domain, FailureMode, RawBody};
 /// A validated config set: every domain by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Config {
-    domains: HashMap<Arc<str>, Domain>,
+    domains: FastMap<Arc<str>, Domain>,
 }
 
 impl Config {

@@ -2,11 +2,11 @@
 //! at each level, per entry key, the exact values, then the wildcard values in config
 //! order, then the key-only node.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::glob::Glob;
 use super::rule::Rule;
+use crate::hash::FastMap;
 
 /// One domain: the unit of configuration (one per file).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,13 +80,13 @@ impl Default for RawBody {
 /// The children of a node, by entry key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Level {
-    pub keys: HashMap<String, Branch>,
+    pub keys: FastMap<String, Branch>,
 }
 
 /// Every node under one entry key at one level.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Branch {
-    pub exact: HashMap<String, Node>,
+    pub exact: FastMap<String, Node>,
     pub wildcards: Vec<(Glob, Node)>,
     pub key_only: Option<Box<Node>>,
 }

@@ -127,9 +127,9 @@ impl Limiter {
 
         // The `match` span times matching alone, not the building of counter keys.
         let descriptors = {
-            let _matching = observe::match_span(request).entered();
+            let matching = observe::match_span(request).entered();
             let descriptors = plan::resolve_all(domain, request)?;
-            observe::matched(&descriptors);
+            observe::matched(&matching, &descriptors);
             descriptors
         };
         let modes = (global_shadow, self.options.global_quota_mode);

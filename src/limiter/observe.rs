@@ -133,9 +133,9 @@ pub(super) fn match_span(request: &RateLimitRequest) -> tracing::Span {
     )
 }
 
-/// Records the matched rules on the current (`match`) span, when it is recorded.
-pub(super) fn matched(plans: &[Plan<'_>]) {
-    let span = tracing::Span::current();
+/// Records the matched rules on the `match` span, when it is recorded (asked of the
+/// span itself: `Span::current()` would cost a subscriber lookup on every request).
+pub(super) fn matched(span: &tracing::Span, plans: &[Plan<'_>]) {
     if span.is_disabled() {
         return;
     }

@@ -6,7 +6,6 @@
 //! With `--upstream-metric-names`, each handle set also holds its upstream series
 //! ([`super::upstream`]), found once with it.
 
-use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
@@ -16,6 +15,7 @@ use prometheus_client::registry::Registry;
 
 use super::upstream::{self, UpstreamCounters, UpstreamNames};
 use crate::config::rule::MetricLevel;
+use crate::hash::FastMap;
 
 /// What one descriptor's hits did to one rule, in hits (`hits_addend`), as
 /// envoyproxy/ratelimit counts them.
@@ -143,7 +143,7 @@ impl RuleCounters {
     }
 }
 
-type ByPath = HashMap<Arc<str>, Arc<RuleCounters>>;
+type ByPath = FastMap<Arc<str>, Arc<RuleCounters>>;
 
 pub(super) struct RuleMetrics {
     hits: Family<SeriesLabels, Counter>,
@@ -153,7 +153,7 @@ pub(super) struct RuleMetrics {
     shadow_mode: Family<SeriesLabels, Counter>,
     over_limit_with_local_cache: Family<SeriesLabels, Counter>,
     /// Handles of the rules without `detailed_metric`, by domain then rule path.
-    handles: RwLock<HashMap<Arc<str>, ByPath>>,
+    handles: RwLock<FastMap<Arc<str>, ByPath>>,
     /// envoyproxy/ratelimit's names too (`--upstream-metric-names`).
     upstream: Option<UpstreamNames>,
 }

@@ -28,6 +28,7 @@ use moka::sync::Cache;
 
 use super::{CounterKey, CounterOp, PingFuture, Store, StoreFuture};
 use crate::algorithm::Decision;
+use crate::hash::FastState;
 
 /// Identity of a cached denial: the counter and the limit it was denied under (a
 /// reload that raises the limit must not keep old denials).
@@ -48,7 +49,7 @@ impl Expiry<Key, DeniedUntil> for UntilExpiry {
 
 pub struct OverLimitCache<S> {
     inner: S,
-    denied: Cache<Key, DeniedUntil>,
+    denied: Cache<Key, DeniedUntil, FastState>,
     /// The latest instant any remembered denial lasts until, in ms after `epoch`:
     /// past it nothing cached can answer, so a request skips the lookups (each one
     /// clones and hashes a whole counter key), which is every request while nothing
@@ -77,7 +78,7 @@ impl<S: Store> OverLimitCache<S> {
                 u32::try_from(160 + text + k.0.rule.len()).unwrap_or(u32::MAX)
             })
             .expire_after(UntilExpiry)
-            .build();
+            .build_with_hasher(FastState::default());
         Self {
             inner,
             denied,

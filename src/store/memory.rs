@@ -21,6 +21,7 @@ use moka::sync::Cache;
 use super::{CounterKey, CounterOp, Store, StoreFuture};
 use crate::algorithm::{self, Decision, State};
 use crate::clock::{Clock, SystemClock};
+use crate::hash::FastState;
 use crate::metrics::EvictionCounter;
 use crate::telemetry::ratelimited;
 
@@ -61,7 +62,7 @@ fn read(slot: &Slot) -> std::sync::MutexGuard<'_, Entry> {
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     batch: Mutex<()>,
-    counters: Cache<CounterKey, Slot>,
+    counters: Cache<CounterKey, Slot, FastState>,
 }
 
 /// Drops an entry when its state has expired by the store's clock, so idle counters
@@ -187,7 +188,7 @@ impl MemoryStore {
         Self {
             clock,
             batch: Mutex::new(()),
-            counters: builder.build(),
+            counters: builder.build_with_hasher(FastState::default()),
         }
     }
 
