@@ -130,10 +130,18 @@ impl RuleCounters {
             (0, hits)
         };
         let shadow = if outcome.shadowed { hits } else { 0 };
-        self.over_limit.inc_by(over);
-        self.within_limit.inc_by(within);
-        self.near_limit.inc_by(outcome.near_limit);
-        self.shadow_mode.inc_by(shadow);
+        // A zero is not added: each add is an atomic write to a line the other
+        // workers also write, and most requests are within the limit, not near it.
+        for (counter, n) in [
+            (&self.over_limit, over),
+            (&self.within_limit, within),
+            (&self.near_limit, outcome.near_limit),
+            (&self.shadow_mode, shadow),
+        ] {
+            if n > 0 {
+                counter.inc_by(n);
+            }
+        }
         if outcome.from_local_cache {
             self.over_limit_with_local_cache.inc_by(hits);
         }
