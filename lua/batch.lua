@@ -12,11 +12,15 @@
 --           wanted), "." for a further operation of the same request. The id is looked
 --           up with `algorithm(id)`, not in this file: scripts.rs generates it from the
 --           Rust list (src/algorithm/mod.rs) and puts it before this entry point.
--- Returns   4 integers per operation, in order:
+-- Returns   integers, per operation in order either 4 (the full form):
 --             remaining if allowed else -1, reset ms,
 --             if allowed the delay us (leaky bucket) else the retry ms (-1 = never),
 --             refund token
---           (a denial always has 0 remaining and no delay, an admission no retry)
+--           (a denial always has 0 remaining and no delay, an admission no retry), or
+--           1 (the repeat form): -3 - (remaining if allowed else -1), so at most -2,
+--           when the last 3 values equal the previous operation's. Why: a hot counter's
+--           operations differ only in what remains, and turning the reply into RESP
+--           cost Redis as much per value as a decision's Lua.
 --
 -- Why atomic: a script runs alone on its server, so no other client's operation can
 -- land between the checks and the writes. The clock is read once, inside, so all
@@ -37,8 +41,8 @@
 -- operation takes a path without tables of its own.
 
 local KEYS, ARGV, tonumber = KEYS, ARGV, tonumber
-local REPLY = 4
-local out = {}
+-- The reply and its length (a counter: no `#out` per operation).
+local out, o = {}, 0
 
 local now_ms, now_us
 local injected = ARGV[1] ~= ''
@@ -52,6 +56,7 @@ else
 end
 
 -- Parsed operations by their text: Lua interns strings, so a repeat is one lookup.
+-- decide is the module's, kept here to save a lookup per operation.
 local specs = {}
 local function parse(text)
   local flag, id, limit, window, burst, max_delay, vetoes, cost = string.match(text,
@@ -59,9 +64,9 @@ local function parse(text)
   local algo = algorithm(tonumber(id))
   if algo == nil then return nil end
   local p = {
-    algo = algo, limit = tonumber(limit), window = tonumber(window), burst = tonumber(burst),
-    max_delay = tonumber(max_delay), vetoes = vetoes == '1', cost = tonumber(cost),
-    starts = flag ~= '.', dry = flag == '-',
+    algo = algo, decide = algo.decide, limit = tonumber(limit), window = tonumber(window),
+    burst = tonumber(burst), max_delay = tonumber(max_delay), vetoes = vetoes == '1',
+    cost = tonumber(cost), starts = flag ~= '.', dry = flag == '-',
   }
   specs[text] = p
   return p
@@ -74,34 +79,17 @@ end
 -- as much as a decision.
 local state, stored, writer = {}, {}, {}
 
--- Decides operation i of spec p against s and writes its reply; returns the new state
--- and whether it was allowed. reuse: see lua/common.lua.
-local function decide(i, p, s, reuse)
-  local algo = p.algo
-  local new, allowed, remaining, reset, retry, delay =
-    algo.decide(s, p, now_ms, p.cost, i, reuse)
-  local r = REPLY * (i - 1)
-  if allowed then
-    out[r + 1] = remaining
-    out[r + 3] = delay
-    out[r + 4] = algo.token(new)
-  else
-    out[r + 1] = -1
-    out[r + 3] = retry
-    out[r + 4] = 0
-  end
-  out[r + 2] = reset
-  return new, allowed
-end
+-- The last 3 values of the operation last replied to, when the next may repeat them
+-- (last_reset is nil when it may not: its reply is still to change).
+local last_reset, last_third, last_token
 
--- An allowed operation of a segment that does not commit reports the state without
--- this request (remaining and reset of a check-only call) and no shaping wait.
-local function unwind(i, p, s)
-  local _, _, remaining, reset = p.algo.decide(s, p, now_ms, 0, i)
-  local r = REPLY * (i - 1)
-  out[r + 1] = remaining
-  out[r + 2] = reset
-  out[r + 3] = 0
+-- Replaces the full-form reply at `at` of an allowed operation of a segment that does
+-- not commit by the state without this request (remaining and reset of a check-only
+-- call) and no shaping wait.
+local function unwind(at, p, s)
+  local _, remaining, reset = p.decide(s, p, now_ms, 0, at + 4)
+  if remaining < 0 then remaining = 0 end
+  out[at + 1], out[at + 2], out[at + 3] = remaining, reset, 0
 end
 
 -- Writes happen only after every segment is decided, so a malformed operation fails
@@ -126,30 +114,37 @@ while first <= count do
     last = last + 1
     next_p = nil
   end
-  if last == first then
+  if last == first and not p.dry then
     -- One operation (one descriptor per request is the common case): no tables.
     local key = KEYS[first]
     local s = state[key]
+    local reuse = nil
     if s == nil then
       s = p.algo.load(key, p, now_ms)
       state[key] = s
       stored[key] = s
-    end
-    if p.dry then
-      local _, allowed = decide(first, p, s)
-      if allowed then unwind(first, p, s) end
-    else
+    elseif s ~= stored[key] then
       -- A state this call made, committed by an earlier request, is referenced by
       -- nothing else: the decision may write the next one into it.
-      local reuse = nil
-      if s ~= stored[key] then reuse = s end
-      local new, allowed = decide(first, p, s, reuse)
-      if allowed then
-        state[key] = new
-        writer[key] = p
-      end
+      reuse = s
+    end
+    local new, remaining, reset, third, token = p.decide(s, p, now_ms, p.cost, o + 4, reuse)
+    if remaining >= 0 then
+      state[key] = new
+      writer[key] = p
+    end
+    if reset == last_reset and third == last_third and token == last_token then
+      o = o + 1
+      out[o] = -3 - remaining
+    else
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token or 0
+      o = o + 4
+      last_reset, last_third, last_token = reset, third, token
+      if token == nil then last_reset = nil end
     end
   else
+    -- Several operations, or a dry run: full forms, decided on tentative states.
+    local base = o
     local tentative, last_writer = {}, {}
     local vetoed = p.dry
     for i = first, last do
@@ -163,9 +158,11 @@ while first <= count do
           stored[key] = s
         end
       end
-      local new, allowed = decide(i, q, s)
+      local new, remaining, reset, third, token = q.decide(s, q, now_ms, q.cost, o + 4)
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token or 0
+      o = o + 4
       tentative[key] = new
-      if allowed then
+      if remaining >= 0 then
         last_writer[key] = q
       elseif q.vetoes then
         vetoed = true
@@ -173,7 +170,8 @@ while first <= count do
     end
     if vetoed then
       for i = first, last do
-        if out[REPLY * (i - 1) + 1] >= 0 then unwind(i, specs[ARGV[1 + i]], state[KEYS[i]]) end
+        local at = base + 4 * (i - first)
+        if out[at + 1] >= 0 then unwind(at, specs[ARGV[1 + i]], state[KEYS[i]]) end
       end
     else
       -- A counter only denied in this segment keeps its state (a denial changes none).
@@ -182,15 +180,13 @@ while first <= count do
         writer[key] = q
       end
     end
+    last_reset = nil
   end
   first, p = last + 1, next_p
 end
 
 -- Each changed counter's final state is written once, with its TTL.
 for key, q in pairs(writer) do
-  local tokens = q.algo.save(key, state[key], q, now_ms, injected, now_us, stored[key])
-  if tokens then
-    for j, token in pairs(tokens) do out[REPLY * (j - 1) + 4] = token end
-  end
+  q.algo.save(key, state[key], q, now_ms, injected, now_us, stored[key], out)
 end
 return out

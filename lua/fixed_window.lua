@@ -27,17 +27,15 @@ function fixed_window.decide(s, p, now_ms, cost, _, reuse)
   if after <= p.limit then
     if reuse then
       reuse.w, reuse.c = start, after
-      return reuse, true, p.limit - after, reset_ms, 0, 0
+      return reuse, p.limit - after, reset_ms, 0, start
     end
-    return { w = start, c = after }, true, p.limit - after, reset_ms, 0, 0
+    return { w = start, c = after }, p.limit - after, reset_ms, 0, start
   end
   local retry = -1
   if cost <= p.limit then retry = reset_ms end
-  if s.w == start then return s, false, 0, reset_ms, retry, 0 end
-  return { w = start, c = count }, false, 0, reset_ms, retry, 0
+  if s.w == start then return s, -1, reset_ms, retry, 0 end
+  return { w = start, c = count }, -1, reset_ms, retry, 0
 end
-
-function fixed_window.token(s) return s.w end
 
 -- TTL: the rest of the window, an instant fixed by w: a key stored in the same
 -- window already has it (HSET keeps a TTL), so only a new window sets it.

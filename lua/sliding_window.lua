@@ -32,12 +32,12 @@ function sliding_window.decide(s, p, now_ms, cost, _, reuse)
     local remaining = floor_u(p.limit - (estimate + cost))
     if reuse then
       reuse.start, reuse.prev, reuse.curr = start, prev, curr + cost
-      return reuse, true, remaining, reset_ms, 0, 0
+      return reuse, remaining, reset_ms, 0, start
     end
-    return { start = start, prev = prev, curr = curr + cost }, true, remaining, reset_ms, 0, 0
+    return { start = start, prev = prev, curr = curr + cost }, remaining, reset_ms, 0, start
   end
   local st = { start = start, prev = prev, curr = curr }
-  if cost > p.limit then return st, false, 0, reset_ms, -1, 0 end
+  if cost > p.limit then return st, -1, reset_ms, -1, 0 end
   local need = p.limit - cost
   local retry
   if curr <= need and prev > 0 then
@@ -48,10 +48,8 @@ function sliding_window.decide(s, p, now_ms, cost, _, reuse)
     if curr > need then at = window * (1 - need / curr) end
     retry = reset_ms + ceil_ms(at)
   end
-  return st, false, 0, reset_ms, retry, 0
+  return st, -1, reset_ms, retry, 0
 end
-
-function sliding_window.token(s) return s.start end
 
 -- TTL: two windows from the current one's start (then neither count matters), an
 -- instant fixed by the start: a key stored in the same window already has it.

@@ -12,13 +12,16 @@
 
 use std::io::Write as _;
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
-use crate::algorithm::{Algorithm, Decision};
+use crate::algorithm::Algorithm;
 use crate::store::CounterOp;
+
+mod reply;
+
+pub use reply::{Reply, parse_batch_reply};
 
 const COMMON: &str = include_str!("../../../lua/common.lua");
 
@@ -75,9 +78,6 @@ pub async fn evalsha<C: ConnectionLike, T: FromRedisValue>(
         other => other,
     }
 }
-
-/// Values per operation in the batch script's reply.
-const REPLY_STRIDE: usize = 4;
 
 /// One operation as both scripts read it, owned and `Copy` so a request can wait in
 /// the batcher's queue, or for its refund, without borrowing from its caller.
@@ -218,48 +218,6 @@ pub fn refund_cmd(refunds: &[&Refund]) -> Cmd {
     cmd
 }
 
-/// One operation's reply: the decision and the refund token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reply {
-    pub decision: Decision,
-    pub token: i64,
-}
-
-/// Parses the batch reply for `n` operations.
-pub fn parse_batch_reply(values: &[i64], n: usize) -> Result<Vec<Reply>, String> {
-    if values.len() != n * REPLY_STRIDE {
-        return Err(format!(
-            "batch script returned {} values for {n} operations (expected {})",
-            values.len(),
-            n * REPLY_STRIDE
-        ));
-    }
-    let non_negative = |v: i64| u64::try_from(v).unwrap_or(0);
-    Ok(values
-        .chunks_exact(REPLY_STRIDE)
-        .map(|chunk| {
-            // [remaining, or -1 when denied; reset; delay if allowed, else retry
-            // (-1 = never); token]: see lua/batch.lua.
-            let allowed = chunk[0] >= 0;
-            Reply {
-                decision: Decision {
-                    allowed,
-                    remaining: non_negative(chunk[0]),
-                    reset_after: Duration::from_millis(non_negative(chunk[1])),
-                    retry_after: (!allowed && chunk[2] >= 0)
-                        .then(|| Duration::from_millis(non_negative(chunk[2]))),
-                    delay: if allowed {
-                        Duration::from_micros(non_negative(chunk[2]))
-                    } else {
-                        Duration::ZERO
-                    },
-                },
-                token: chunk[3],
-            }
-        })
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,27 +287,6 @@ mod tests {
             args[5],
             redis::Arg::Simple(b"+1:10:60000:10:-1:1:1")
         ));
-    }
-
-    #[test]
-    fn replies_carry_remaining_or_denial_then_reset_then_delay_or_retry() {
-        let replies = parse_batch_reply(&[3, 1000, 250, 7, -1, 500, 400, 0, -1, 60, -1, 0], 3)
-            .expect("well-formed");
-        let ms = Duration::from_millis;
-        let allowed = replies[0].decision;
-        assert!(allowed.allowed);
-        assert_eq!(
-            (allowed.remaining, allowed.reset_after, allowed.retry_after),
-            (3, ms(1000), None)
-        );
-        assert_eq!(allowed.delay, Duration::from_micros(250));
-        assert_eq!(replies[0].token, 7);
-        let denied = replies[1].decision;
-        assert!(!denied.allowed);
-        assert_eq!((denied.remaining, denied.retry_after), (0, Some(ms(400))));
-        assert_eq!(denied.delay, Duration::ZERO);
-        assert_eq!(replies[2].decision.retry_after, None, "-1: never");
-        assert!(parse_batch_reply(&[1, 2, 3], 1).is_err());
     }
 
     /// The longest values still fit the buffer whole.
