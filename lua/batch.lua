@@ -5,13 +5,14 @@
 --           cluster every key shares one hash tag, so the call routes by KEYS[1].
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
--- ARGV[1+i] operation i, one string "<f><id>:<limit>:<window ms>:<burst>:<max delay ms
---           (-1 = none)>:<vetoes (1/0)>:<cost>", where f is "+" for the first operation
---           of a request (a segment), "-" for the first of a dry run (decide, write
---           nothing: the request is already denied elsewhere, only true statuses are
---           wanted), "." for a further operation of the same request. The id is looked
---           up with `algorithm(id)`, not in this file: scripts.rs generates it from the
---           Rust list (src/algorithm/mod.rs) and puts it before this entry point.
+-- ARGV[1+i] operation i, 43 bytes, struct.pack('<BBddddBd', f, id, limit, window ms,
+--           burst, max delay ms (-1 = none), vetoes (1/0), cost): f is "+" (byte 43)
+--           for the first operation of a request (a segment), "-" (45) for the first
+--           of a dry run (decide, write nothing: the request is already denied
+--           elsewhere, only true statuses are wanted), "." (46) for a further operation
+--           of the same request. The id is looked up with `algorithm(id)`, not in this
+--           file: scripts.rs generates it from the Rust list (src/algorithm/mod.rs) and
+--           puts it before this entry point.
 -- Returns   integers, per operation in order either 4 (the full form):
 --             remaining if allowed else -1, reset ms,
 --             if allowed the delay us (leaky bucket) else the retry ms (-1 = never),
@@ -35,7 +36,7 @@
 -- Why the shape: this runs once per decision under load, so its cost per operation is
 -- the service's cost in Redis. A counter is read from Redis once per call and its
 -- final state written once, at the end (every segment in between works on the state
--- kept here); an operation is one string, parsed once per call (the operations of one
+-- kept here); an operation is one argument, parsed once per call (the operations of one
 -- call mostly repeat: same rule, same cost) into the one table they share; an
 -- operation allocates nothing but its new state, and the common request of one
 -- operation takes a path without tables of its own.
@@ -55,18 +56,27 @@ else
   now_ms = math.floor(now_us / 1000)
 end
 
--- Parsed operations by their text: Lua interns strings, so a repeat is one lookup.
--- decide is the module's, kept here to save a lookup per operation.
+-- Parsed operations by their bytes: Lua interns strings, so a repeat is one lookup.
+-- decide is the module's, kept here to save a lookup per operation. An operation is
+-- 43 bytes (struct format OP, see WireOp in scripts.rs): one C call reads every
+-- number, where matching a text pattern made a string per field and converted each.
+local OP, OP_LEN, PLUS, MINUS, DOT = '<BBddddBd', 43, 43, 45, 46
 local specs = {}
 local function parse(text)
-  local flag, id, limit, window, burst, max_delay, vetoes, cost = string.match(text,
-    '^([-+.])(%d+):(%d+):(%d+):(%d+):(%-?%d+):([01]):(%d+)$')
-  local algo = algorithm(tonumber(id))
-  if algo == nil then return nil end
+  if text == nil or #text ~= OP_LEN then return nil end
+  local flag, id, limit, window, burst, max_delay, vetoes, cost = struct.unpack(OP, text)
+  local algo = algorithm(id)
+  -- Whole numbers only, none negative but max_delay's -1 (a NaN fails every test).
+  if algo == nil or (flag ~= PLUS and flag ~= MINUS and flag ~= DOT) or vetoes > 1
+    or not (limit >= 0 and window >= 0 and burst >= 0 and cost >= 0 and max_delay >= -1)
+    or floor(limit) ~= limit or floor(window) ~= window or floor(burst) ~= burst
+    or floor(cost) ~= cost or floor(max_delay) ~= max_delay then
+    return nil
+  end
   local p = {
-    algo = algo, decide = algo.decide, limit = tonumber(limit), window = tonumber(window),
-    burst = tonumber(burst), max_delay = tonumber(max_delay), vetoes = vetoes == '1',
-    cost = tonumber(cost), starts = flag ~= '.', dry = flag == '-',
+    algo = algo, decide = algo.decide, limit = limit, window = window, burst = burst,
+    max_delay = max_delay, vetoes = vetoes == 1, cost = cost, starts = flag ~= DOT,
+    dry = flag == MINUS,
   }
   specs[text] = p
   return p
@@ -97,18 +107,18 @@ end
 -- that had already left its window: the same log to every reader).
 local count = #KEYS
 local first = 1
-local p = specs[ARGV[2]] or parse(ARGV[2] or '')
+local p = specs[ARGV[2]] or parse(ARGV[2])
 while first <= count do
   if p == nil then
-    return redis.error_reply('tollgate: malformed operation ' .. tostring(ARGV[1 + first]))
+    return redis.error_reply('tollgate: malformed operation ' .. first)
   end
   -- This request's operations run to the next one that starts a request.
   local last, next_p = first, nil
   while last < count do
     local text = ARGV[2 + last]
-    next_p = specs[text] or parse(text or '')
+    next_p = specs[text] or parse(text)
     if next_p == nil then
-      return redis.error_reply('tollgate: malformed operation ' .. tostring(text))
+      return redis.error_reply('tollgate: malformed operation ' .. (last + 1))
     end
     if next_p.starts then break end
     last = last + 1

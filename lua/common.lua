@@ -43,9 +43,19 @@ local function f17(x)
   return string.format('%.17g', x)
 end
 
+-- A whole number as an argument to redis.call, the same bytes Redis would write for
+-- it ("%.17g") made with "%d": Redis formats every number argument as a float, at a
+-- third of a microsecond each, about three times what "%d" costs. Only below 1e17
+-- ("%.17g" writes those in full, no exponent); anything else stays a number.
+local format = string.format
+local function int(x)
+  if x < 1e17 and x > -1e17 and floor(x) == x then return format('%d', x) end
+  return x
+end
+
 -- A TTL in whole milliseconds, at least one (PEXPIRE 0 would delete the key at once).
 local function ttl_ms(ms)
-  return max(1, ceil(ms))
+  return int(max(1, ceil(ms)))
 end
 
 local function pexpire(key, ms, injected)

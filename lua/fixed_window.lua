@@ -40,7 +40,7 @@ end
 -- TTL: the rest of the window, an instant fixed by w: a key stored in the same
 -- window already has it (HSET keeps a TTL), so only a new window sets it.
 function fixed_window.save(key, s, p, now_ms, injected, _, stored)
-  redis.call('HSET', key, 'w', s.w, 'c', s.c)
+  redis.call('HSET', key, 'w', int(s.w), 'c', int(s.c))
   if stored.w ~= s.w then
     local window = max(floor(p.window / 1000), 1)
     pexpire(key, (s.w + window) * 1000 - now_ms, injected)

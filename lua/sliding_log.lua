@@ -14,7 +14,7 @@ local sliding_log = {}
 
 -- Trims hits that left the window (scores <= now - W) before counting.
 function sliding_log.load(key, p, now_ms)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now_ms - p.window)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now_ms - p.window))
   local n = redis.call('ZCARD', key)
   -- ranks: the stored hits read so far, shared by every state of this call (the
   -- stored log does not change until the call's end).
@@ -65,12 +65,13 @@ end
 -- into the reply. TTL: one window (the newest hit is now).
 function sliding_log.save(key, s, p, now_ms, injected, now_us, _, out)
   local args = {}
+  local score = int(now_ms)
   local base = now_us
   local group = s.pending
   while group do
     while redis.call('ZSCORE', key, string.format('%.0f:1', base)) do base = base + 1 end
     for j = 1, group.n do
-      args[#args + 1] = now_ms
+      args[#args + 1] = score
       args[#args + 1] = string.format('%.0f:%d', base, j)
       if #args >= 1000 then
         redis.call('ZADD', key, unpack(args))

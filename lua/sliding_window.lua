@@ -54,7 +54,7 @@ end
 -- TTL: two windows from the current one's start (then neither count matters), an
 -- instant fixed by the start: a key stored in the same window already has it.
 function sliding_window.save(key, s, p, now_ms, injected, _, stored)
-  redis.call('HSET', key, 's', s.start, 'p', s.prev, 'c', s.curr)
+  redis.call('HSET', key, 's', int(s.start), 'p', int(s.prev), 'c', int(s.curr))
   if stored.start ~= s.start then pexpire(key, s.start + 2 * p.window - now_ms, injected) end
 end
 

@@ -34,7 +34,7 @@ end
 
 -- TTL: until the bucket is full again (then no key means the same).
 function token_bucket.save(key, s, p, now_ms, injected)
-  redis.call('HSET', key, 't', f17(s.t), 'a', s.a)
+  redis.call('HSET', key, 't', f17(s.t), 'a', int(s.a))
   pexpire(key, ceil_ms((p.burst - s.t) / (p.limit / p.window)), injected)
 end
 

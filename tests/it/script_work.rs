@@ -112,36 +112,43 @@ async fn a_malformed_operation_fails_the_whole_call() {
             dry_run: false,
         },
     ];
-    // The second request names an algorithm id no list has.
+    // The second request names an algorithm id no list has (byte 1 of an
+    // operation), is cut short, or carries a negative limit.
     let good = scripts::batch_cmd(&segments, None);
-    let mut bad = redis::Cmd::new();
-    let mut specs_seen = 0;
-    for arg in good.args_iter() {
-        let redis::Arg::Simple(bytes) = arg else {
-            panic!("only plain arguments")
-        };
-        if bytes.starts_with(b"+1:10:") {
-            specs_seen += 1;
-            if specs_seen == 2 {
-                bad.arg("+99:10:86400000:10:-1:1:1");
-                continue;
+    let corruptions: [fn(&mut Vec<u8>); 3] = [
+        |op| op[1] = 99,
+        |op| op.truncate(42),
+        |op| op[2..10].copy_from_slice(&(-10.0f64).to_le_bytes()),
+    ];
+    for corrupt in corruptions {
+        let mut bad = redis::Cmd::new();
+        let mut ops_seen = 0;
+        for arg in good.args_iter() {
+            let redis::Arg::Simple(bytes) = arg else {
+                panic!("only plain arguments")
+            };
+            if bytes.len() == 43 && bytes[0] == b'+' {
+                ops_seen += 1;
+                if ops_seen == 2 {
+                    let mut op = bytes.to_vec();
+                    corrupt(&mut op);
+                    bad.arg(op);
+                    continue;
+                }
             }
+            bad.arg(bytes);
         }
-        bad.arg(bytes);
+        assert_eq!(ops_seen, 2);
+        let err = bad
+            .query_async::<Vec<i64>>(&mut conn)
+            .await
+            .expect_err("a malformed call is refused");
+        assert!(err.to_string().contains("malformed operation 2"), "{err}");
+        let exists: u64 = redis::cmd("EXISTS")
+            .arg(&keys[..])
+            .query_async(&mut conn)
+            .await
+            .expect("EXISTS");
+        assert_eq!(exists, 0, "the valid first request wrote nothing");
     }
-    assert_eq!(specs_seen, 2);
-    let err = bad
-        .query_async::<Vec<i64>>(&mut conn)
-        .await
-        .expect_err("a malformed call is refused");
-    assert!(
-        err.to_string().contains("malformed operation +99:"),
-        "{err}"
-    );
-    let exists: u64 = redis::cmd("EXISTS")
-        .arg(&keys[..])
-        .query_async(&mut conn)
-        .await
-        .expect("EXISTS");
-    assert_eq!(exists, 0, "the valid first request wrote nothing");
 }
