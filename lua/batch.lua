@@ -5,6 +5,11 @@
 --           cluster every key shares one hash tag, so the call routes by KEYS[1].
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
+-- ARGV[2+n] (n = #KEYS) absent, or n bytes: byte i is how many requests operation i
+--           stands for (1 to 255), consecutive one-operation requests (not dry runs)
+--           with the same operation on the same counter, as a hot counter's are. Each
+--           is still decided and replied to on its own; a run only spares Redis an
+--           argument pair and this script the lookups per request.
 -- ARGV[1+i] operation i, 43 bytes, struct.pack('<BBddddBd', f, id, limit, window ms,
 --           burst, max delay ms (-1 = none), vetoes (1/0), cost): f is "+" (byte 43)
 --           for the first operation of a request (a segment), "-" (45) for the first
@@ -106,6 +111,12 @@ end
 -- the whole call, having written nothing (a sliding log's load may have trimmed hits
 -- that had already left its window: the same log to every reader).
 local count = #KEYS
+-- Run lengths, when some operation stands for several requests (see the header).
+local runs = ARGV[count + 2]
+if runs ~= nil then
+  if #runs ~= count then return redis.error_reply('tollgate: malformed runs') end
+  runs = { string.byte(runs, 1, -1) }
+end
 local first = 1
 local p = specs[ARGV[2]] or parse(ARGV[2])
 while first <= count do
@@ -125,34 +136,51 @@ while first <= count do
     next_p = nil
   end
   if last == first and not p.dry then
-    -- One operation (one descriptor per request is the common case): no tables.
-    local key = KEYS[first]
-    local s = state[key]
-    local reuse = nil
+    -- One operation (one descriptor per request is the common case), or a run of
+    -- such requests on one counter: no tables, and the counter's state kept here.
+    local key, k = KEYS[first], 1
+    if runs then
+      k = runs[first]
+      if k < 1 then return redis.error_reply('tollgate: malformed runs') end
+    end
+    local s, held = state[key], stored[key]
     if s == nil then
       s = p.algo.load(key, p, now_ms)
       state[key] = s
       stored[key] = s
-    elseif s ~= stored[key] then
+      held = s
+    end
+    local decide, cost, admitted = p.decide, p.cost, false
+    for _ = 1, k do
       -- A state this call made, committed by an earlier request, is referenced by
       -- nothing else: the decision may write the next one into it.
-      reuse = s
+      local reuse = nil
+      if s ~= held then reuse = s end
+      local new, remaining, reset, third, token = decide(s, p, now_ms, cost, o + 4, reuse)
+      if remaining >= 0 then
+        s = new
+        admitted = true
+      end
+      if reset == last_reset and third == last_third and token == last_token then
+        o = o + 1
+        out[o] = -3 - remaining
+      else
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token or 0
+        o = o + 4
+        last_reset, last_third, last_token = reset, third, token
+        if token == nil then last_reset = nil end
+      end
     end
-    local new, remaining, reset, third, token = p.decide(s, p, now_ms, p.cost, o + 4, reuse)
-    if remaining >= 0 then
-      state[key] = new
+    if admitted then
+      state[key] = s
       writer[key] = p
     end
-    if reset == last_reset and third == last_third and token == last_token then
-      o = o + 1
-      out[o] = -3 - remaining
-    else
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token or 0
-      o = o + 4
-      last_reset, last_third, last_token = reset, third, token
-      if token == nil then last_reset = nil end
-    end
   else
+    if runs then
+      for i = first, last do
+        if runs[i] ~= 1 then return redis.error_reply('tollgate: malformed runs') end
+      end
+    end
     -- Several operations, or a dry run: full forms, decided on tentative states.
     local base = o
     local tentative, last_writer = {}, {}

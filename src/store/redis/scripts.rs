@@ -19,6 +19,7 @@ use crate::algorithm::Algorithm;
 use crate::store::CounterOp;
 
 mod reply;
+mod runs;
 
 pub use reply::{Reply, parse_batch_reply};
 
@@ -163,36 +164,31 @@ pub struct Segment<'a, K: AsRef<str>> {
 }
 
 /// The batch script's EVALSHA for `segments` (one per request; keys and operations in
-/// the same order), as one command. `now_ms` is for tests only: production passes
-/// `None` and the script reads the shard's clock. Written into the command's single
-/// buffer: a `ScriptInvocation` would keep every key and argument in a `Vec` of its
-/// own, then copy them all into a command again, two allocations per argument.
+/// the same order), as one command: a key and operation pair per operation, alike
+/// one-operation requests in a row sharing one ([`runs`]), their run lengths last when
+/// any is above one. `now_ms` is for tests only: production passes `None` and the
+/// script reads the shard's clock. Written into the command's single buffer: a
+/// `ScriptInvocation` would keep every key and argument in a `Vec` of its own, then
+/// copy them all into a command again, two allocations per argument.
 pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>) -> Cmd {
-    let n: usize = segments.iter().map(|s| s.ops.len()).sum();
-    let key_bytes: usize = segments
-        .iter()
-        .flat_map(|s| s.keys)
-        .map(|k| k.as_ref().len())
-        .sum();
-    let mut cmd = Cmd::with_capacity(4 + 2 * n, 64 + key_bytes + n * OP_LEN);
+    let entries = runs::entries(segments);
+    let n = entries.len();
+    let key_bytes: usize = entries.iter().map(|e| e.key.len()).sum();
+    let mut cmd = Cmd::with_capacity(5 + 2 * n, 64 + key_bytes + n * (OP_LEN + 1));
     cmd.arg("EVALSHA").arg(BATCH.get_hash()).arg(n);
-    for key in segments.iter().flat_map(|s| s.keys) {
-        cmd.arg(key.as_ref());
+    for entry in &entries {
+        cmd.arg(entry.key);
     }
     match now_ms {
         Some(ms) => cmd.arg(ms),
         None => cmd.arg(""),
     };
-    for segment in segments {
-        let mut flag = if segment.dry_run {
-            Flag::StartsDry
-        } else {
-            Flag::Starts
-        };
-        for w in segment.ops {
-            w.write(&mut cmd, flag);
-            flag = Flag::Continues;
-        }
+    for entry in &entries {
+        entry.op.write(&mut cmd, entry.flag);
+    }
+    if entries.iter().any(|e| e.run > 1) {
+        let runs: Vec<u8> = entries.iter().map(|e| e.run).collect();
+        cmd.arg(runs);
     }
     cmd
 }
@@ -307,6 +303,41 @@ mod tests {
         assert_eq!(
             injected[5],
             encoded(b'+', 1, [10.0, 60000.0, 10.0, -1.0], 1, 1.0)
+        );
+    }
+
+    /// Alike one-operation requests in a row on one counter are one pair; their run
+    /// lengths follow the operations, one byte per pair.
+    #[test]
+    fn a_hot_counter_is_one_pair_with_its_run_length() {
+        let wire = [WireOp::new(&op(10, 1, true))];
+        let (hot, other) = (["hot"], ["other"]);
+        let segment = |keys| Segment {
+            keys,
+            ops: &wire[..],
+            dry_run: false,
+        };
+        let segments = [
+            segment(&hot[..]),
+            segment(&hot),
+            segment(&hot),
+            segment(&other),
+        ];
+        let op = encoded(b'+', 1, [10.0, 60000.0, 10.0, -1.0], 1, 1.0);
+        let text = |s: &str| s.as_bytes().to_vec();
+        assert_eq!(
+            args(&batch_cmd(&segments, None)),
+            [
+                text("EVALSHA"),
+                text(BATCH.get_hash()),
+                text("2"),
+                text("hot"),
+                text("other"),
+                text(""),
+                op.clone(),
+                op,
+                vec![3, 1],
+            ]
         );
     }
 
