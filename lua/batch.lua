@@ -18,7 +18,8 @@
 --           of the same request. The id is looked up with `algorithm(id)`, not in this
 --           file: scripts.rs generates it from the Rust list (src/algorithm/mod.rs) and
 --           puts it before this entry point.
--- Returns   integers, per operation in order either 4 (the full form):
+-- Returns   integers, per decision (each operation, each request of a run) in order
+--           either 4 (the full form):
 --             remaining if allowed else -1, reset ms,
 --             if allowed the delay us (leaky bucket) else the retry ms (-1 = never),
 --             refund token
