@@ -5,11 +5,6 @@
 --           cluster every key shares one hash tag, so the call routes by KEYS[1].
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
--- ARGV[2+n] (n = #KEYS) absent, or n bytes: byte i is how many requests operation i
---           stands for (1 to 255), consecutive one-operation requests (not dry runs)
---           with the same operation on the same counter, as a hot counter's are. Each
---           is still decided and replied to on its own; a run only spares Redis an
---           argument pair and this script the lookups per request.
 -- ARGV[1+i] operation i, 43 bytes, struct.pack('<BBddddBd', f, id, limit, window ms,
 --           burst, max delay ms (-1 = none), vetoes (1/0), cost): f is "+" (byte 43)
 --           for the first operation of a request (a segment), "-" (45) for the first
@@ -18,6 +13,11 @@
 --           of the same request. The id is looked up with `algorithm(id)`, not in this
 --           file: scripts.rs generates it from the Rust list (src/algorithm/mod.rs) and
 --           puts it before this entry point.
+-- ARGV[2+n] (n = #KEYS) absent, or n bytes: byte i is how many requests operation i
+--           stands for (1 to 255), consecutive one-operation requests (not dry runs)
+--           with the same operation on the same counter, as a hot counter's are. Each
+--           is still decided and replied to on its own; a run only spares Redis an
+--           argument pair and this script the lookups per request.
 -- Returns   integers, per decision (each operation, each request of a run) in order
 --           either 4 (the full form):
 --             remaining if allowed else -1, reset ms,
