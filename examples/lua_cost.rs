@@ -3,8 +3,10 @@
 //!
 //! Starts a private `redis-server` on a free loopback port (no persistence), loads the
 //! batch script exactly as tollgate assembles it (`scripts::BATCH`), and sends it the
-//! calls the standalone batcher sends under load: N one-operation requests (segments)
-//! per EVALSHA, on the server's clock (so TTLs are written, as in production). For
+//! calls the standalone batcher sends under load, built by the same
+//! `scripts::batch_cmd`: N one-operation requests (segments) per EVALSHA (on one hot
+//! counter, one key and operation with a run length of N), on the server's clock (so
+//! TTLs are written, as in production). For
 //! each algorithm and N it makes `--calls` calls in 5 rounds, each from a reset
 //! `INFO commandstats`, and reports the best round's EVALSHA `usec_per_call` and that
 //! divided by N: microseconds of script time per decision.
@@ -14,6 +16,9 @@
 //! Limits are high enough that every operation is admitted (the write path), except
 //! the sliding log's, whose state is the list of its hits: it is measured at 100 per
 //! minute, so its log stays small and most operations are denied once it is full.
+//!
+//! The times are Redis's own, so the example's build profile does not change them (a
+//! debug build will do); the machine's other load does: compare in alternating runs.
 //!
 //! ```text
 //! cargo run --release --example lua_cost -- [--calls 2000] [--sizes 1,13,64]

@@ -5,18 +5,29 @@
 --           cluster every key shares one hash tag, so the call routes by KEYS[1].
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
--- ARGV[1+i] operation i, one string "<f><id>:<limit>:<window ms>:<burst>:<max delay ms
---           (-1 = none)>:<vetoes (1/0)>:<cost>", where f is "+" for the first operation
---           of a request (a segment), "-" for the first of a dry run (decide, write
---           nothing: the request is already denied elsewhere, only true statuses are
---           wanted), "." for a further operation of the same request. The id is looked
---           up with `algorithm(id)`, not in this file: scripts.rs generates it from the
---           Rust list (src/algorithm/mod.rs) and puts it before this entry point.
--- Returns   4 integers per operation, in order:
+-- ARGV[1+i] operation i, 43 bytes, struct.pack('<BBddddBd', f, id, limit, window ms,
+--           burst, max delay ms (-1 = none), vetoes (1/0), cost): f is "+" (byte 43)
+--           for the first operation of a request (a segment), "-" (45) for the first
+--           of a dry run (decide, write nothing: the request is already denied
+--           elsewhere, only true statuses are wanted), "." (46) for a further operation
+--           of the same request. The id is looked up with `algorithm(id)`, not in this
+--           file: scripts.rs generates it from the Rust list (src/algorithm/mod.rs) and
+--           puts it before this entry point.
+-- ARGV[2+n] (n = #KEYS) absent, or n bytes: byte i is how many requests operation i
+--           stands for (1 to 255), consecutive one-operation requests (not dry runs)
+--           with the same operation on the same counter, as a hot counter's are. Each
+--           is still decided and replied to on its own; a run only spares Redis an
+--           argument pair and this script the lookups per request.
+-- Returns   integers, per decision (each operation, each request of a run) in order
+--           either 4 (the full form):
 --             remaining if allowed else -1, reset ms,
 --             if allowed the delay us (leaky bucket) else the retry ms (-1 = never),
 --             refund token
---           (a denial always has 0 remaining and no delay, an admission no retry)
+--           (a denial always has 0 remaining and no delay, an admission no retry), or
+--           1 (the repeat form): -3 - (remaining if allowed else -1), so at most -2,
+--           when the last 3 values equal the previous operation's. Why: a hot counter's
+--           operations differ only in what remains, and turning the reply into RESP
+--           cost Redis as much per value as a decision's Lua.
 --
 -- Why atomic: a script runs alone on its server, so no other client's operation can
 -- land between the checks and the writes. The clock is read once, inside, so all
@@ -31,14 +42,14 @@
 -- Why the shape: this runs once per decision under load, so its cost per operation is
 -- the service's cost in Redis. A counter is read from Redis once per call and its
 -- final state written once, at the end (every segment in between works on the state
--- kept here); an operation is one string, parsed once per call (the operations of one
+-- kept here); an operation is one argument, parsed once per call (the operations of one
 -- call mostly repeat: same rule, same cost) into the one table they share; an
 -- operation allocates nothing but its new state, and the common request of one
 -- operation takes a path without tables of its own.
 
 local KEYS, ARGV, tonumber = KEYS, ARGV, tonumber
-local REPLY = 4
-local out = {}
+-- The reply and its length (a counter: no `#out` per operation).
+local out, o = {}, 0
 
 local now_ms, now_us
 local injected = ARGV[1] ~= ''
@@ -51,17 +62,27 @@ else
   now_ms = math.floor(now_us / 1000)
 end
 
--- Parsed operations by their text: Lua interns strings, so a repeat is one lookup.
+-- Parsed operations by their bytes: Lua interns strings, so a repeat is one lookup.
+-- decide is the module's, kept here to save a lookup per operation. An operation is
+-- 43 bytes (struct format OP, see WireOp in scripts.rs): one C call reads every
+-- number, where matching a text pattern made a string per field and converted each.
+local OP, OP_LEN, PLUS, MINUS, DOT = '<BBddddBd', 43, 43, 45, 46
 local specs = {}
 local function parse(text)
-  local flag, id, limit, window, burst, max_delay, vetoes, cost = string.match(text,
-    '^([-+.])(%d+):(%d+):(%d+):(%d+):(%-?%d+):([01]):(%d+)$')
-  local algo = algorithm(tonumber(id))
-  if algo == nil then return nil end
+  if text == nil or #text ~= OP_LEN then return nil end
+  local flag, id, limit, window, burst, max_delay, vetoes, cost = struct.unpack(OP, text)
+  local algo = algorithm(id)
+  -- Whole numbers only, none negative but max_delay's -1 (a NaN fails every test).
+  if algo == nil or (flag ~= PLUS and flag ~= MINUS and flag ~= DOT) or vetoes > 1
+    or not (limit >= 0 and window >= 0 and burst >= 0 and cost >= 0 and max_delay >= -1)
+    or floor(limit) ~= limit or floor(window) ~= window or floor(burst) ~= burst
+    or floor(cost) ~= cost or floor(max_delay) ~= max_delay then
+    return nil
+  end
   local p = {
-    algo = algo, limit = tonumber(limit), window = tonumber(window), burst = tonumber(burst),
-    max_delay = tonumber(max_delay), vetoes = vetoes == '1', cost = tonumber(cost),
-    starts = flag ~= '.', dry = flag == '-',
+    algo = algo, decide = algo.decide, limit = limit, window = window, burst = burst,
+    max_delay = max_delay, vetoes = vetoes == 1, cost = cost, starts = flag ~= DOT,
+    dry = flag == MINUS,
   }
   specs[text] = p
   return p
@@ -74,82 +95,95 @@ end
 -- as much as a decision.
 local state, stored, writer = {}, {}, {}
 
--- Decides operation i of spec p against s and writes its reply; returns the new state
--- and whether it was allowed. reuse: see lua/common.lua.
-local function decide(i, p, s, reuse)
-  local algo = p.algo
-  local new, allowed, remaining, reset, retry, delay =
-    algo.decide(s, p, now_ms, p.cost, i, reuse)
-  local r = REPLY * (i - 1)
-  if allowed then
-    out[r + 1] = remaining
-    out[r + 3] = delay
-    out[r + 4] = algo.token(new)
-  else
-    out[r + 1] = -1
-    out[r + 3] = retry
-    out[r + 4] = 0
-  end
-  out[r + 2] = reset
-  return new, allowed
-end
+-- The last 3 values of the operation last replied to, when the next may repeat them
+-- (last_reset is nil when it may not: its reply is still to change).
+local last_reset, last_third, last_token
 
--- An allowed operation of a segment that does not commit reports the state without
--- this request (remaining and reset of a check-only call) and no shaping wait.
-local function unwind(i, p, s)
-  local _, _, remaining, reset = p.algo.decide(s, p, now_ms, 0, i)
-  local r = REPLY * (i - 1)
-  out[r + 1] = remaining
-  out[r + 2] = reset
-  out[r + 3] = 0
+-- Replaces the full-form reply at `at` of an allowed operation of a segment that does
+-- not commit by the state without this request (remaining and reset of a check-only
+-- call) and no shaping wait.
+local function unwind(at, p, s)
+  local _, remaining, reset = p.decide(s, p, now_ms, 0, at + 4)
+  if remaining < 0 then remaining = 0 end
+  out[at + 1], out[at + 2], out[at + 3] = remaining, reset, 0
 end
 
 -- Writes happen only after every segment is decided, so a malformed operation fails
 -- the whole call, having written nothing (a sliding log's load may have trimmed hits
 -- that had already left its window: the same log to every reader).
 local count = #KEYS
+-- Run lengths, when some operation stands for several requests (see the header).
+local runs = ARGV[count + 2]
+if runs ~= nil then
+  if #runs ~= count then return redis.error_reply('tollgate: malformed runs') end
+  runs = { string.byte(runs, 1, -1) }
+end
 local first = 1
-local p = specs[ARGV[2]] or parse(ARGV[2] or '')
+local p = specs[ARGV[2]] or parse(ARGV[2])
 while first <= count do
   if p == nil then
-    return redis.error_reply('tollgate: malformed operation ' .. tostring(ARGV[1 + first]))
+    return redis.error_reply('tollgate: malformed operation ' .. first)
   end
   -- This request's operations run to the next one that starts a request.
   local last, next_p = first, nil
   while last < count do
     local text = ARGV[2 + last]
-    next_p = specs[text] or parse(text or '')
+    next_p = specs[text] or parse(text)
     if next_p == nil then
-      return redis.error_reply('tollgate: malformed operation ' .. tostring(text))
+      return redis.error_reply('tollgate: malformed operation ' .. (last + 1))
     end
     if next_p.starts then break end
     last = last + 1
     next_p = nil
   end
-  if last == first then
-    -- One operation (one descriptor per request is the common case): no tables.
-    local key = KEYS[first]
-    local s = state[key]
+  if last == first and not p.dry then
+    -- One operation (one descriptor per request is the common case), or a run of
+    -- such requests on one counter: no tables, and the counter's state kept here.
+    local key, k = KEYS[first], 1
+    if runs then
+      k = runs[first]
+      if k < 1 then return redis.error_reply('tollgate: malformed runs') end
+    end
+    local s, held = state[key], stored[key]
     if s == nil then
       s = p.algo.load(key, p, now_ms)
       state[key] = s
       stored[key] = s
+      held = s
     end
-    if p.dry then
-      local _, allowed = decide(first, p, s)
-      if allowed then unwind(first, p, s) end
-    else
+    local decide, cost, admitted = p.decide, p.cost, false
+    for _ = 1, k do
       -- A state this call made, committed by an earlier request, is referenced by
       -- nothing else: the decision may write the next one into it.
       local reuse = nil
-      if s ~= stored[key] then reuse = s end
-      local new, allowed = decide(first, p, s, reuse)
-      if allowed then
-        state[key] = new
-        writer[key] = p
+      if s ~= held then reuse = s end
+      local new, remaining, reset, third, token = decide(s, p, now_ms, cost, o + 4, reuse)
+      if remaining >= 0 then
+        s = new
+        admitted = true
+      end
+      if reset == last_reset and third == last_third and token == last_token then
+        o = o + 1
+        out[o] = -3 - remaining
+      else
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token or 0
+        o = o + 4
+        last_reset, last_third, last_token = reset, third, token
+        if token == nil then last_reset = nil end
       end
     end
+    if admitted then
+      state[key] = s
+      writer[key] = p
+    end
   else
+    if runs then
+      for i = first, last do
+        if runs[i] ~= 1 then return redis.error_reply('tollgate: malformed runs') end
+      end
+    end
+    -- Several operations, or a dry run: full forms, decided on tentative states.
+    local base = o
     local tentative, last_writer = {}, {}
     local vetoed = p.dry
     for i = first, last do
@@ -163,9 +197,11 @@ while first <= count do
           stored[key] = s
         end
       end
-      local new, allowed = decide(i, q, s)
+      local new, remaining, reset, third, token = q.decide(s, q, now_ms, q.cost, o + 4)
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token or 0
+      o = o + 4
       tentative[key] = new
-      if allowed then
+      if remaining >= 0 then
         last_writer[key] = q
       elseif q.vetoes then
         vetoed = true
@@ -173,7 +209,8 @@ while first <= count do
     end
     if vetoed then
       for i = first, last do
-        if out[REPLY * (i - 1) + 1] >= 0 then unwind(i, specs[ARGV[1 + i]], state[KEYS[i]]) end
+        local at = base + 4 * (i - first)
+        if out[at + 1] >= 0 then unwind(at, specs[ARGV[1 + i]], state[KEYS[i]]) end
       end
     else
       -- A counter only denied in this segment keeps its state (a denial changes none).
@@ -182,15 +219,13 @@ while first <= count do
         writer[key] = q
       end
     end
+    last_reset = nil
   end
   first, p = last + 1, next_p
 end
 
 -- Each changed counter's final state is written once, with its TTL.
 for key, q in pairs(writer) do
-  local tokens = q.algo.save(key, state[key], q, now_ms, injected, now_us, stored[key])
-  if tokens then
-    for j, token in pairs(tokens) do out[REPLY * (j - 1) + 4] = token end
-  end
+  q.algo.save(key, state[key], q, now_ms, injected, now_us, stored[key], out)
 end
 return out

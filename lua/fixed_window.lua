@@ -5,21 +5,32 @@
 
 local fixed_window = {}
 
-function fixed_window.load(key)
-  local h = redis.call('HMGET', key, 'w', 'c')
-  return { w = tonumber(h[1]) or -1, c = tonumber(h[2]) or 0 }
+-- The window's start and reset depend only on the spec and the call's one clock: they
+-- are computed once per call and kept in the spec's table (p), which lives as long,
+-- with the start as Redis stores it.
+local function current(p, now_ms)
+  local window = max(floor(p.window / 1000), 1)
+  local now = floor(now_ms / 1000)
+  local start = now - (now % window)
+  p.fw_start, p.fw_reset, p.fw_text = start, (window - (now % window)) * 1000, int(start)
+  return start
 end
 
--- The window's start and reset depend only on the spec and the call's one clock: they
--- are computed once per call and kept in the spec's table (p), which lives as long.
+-- A counter of the current window, the common case, has the start as its w: read
+-- without tonumber.
+function fixed_window.load(key, p, now_ms)
+  local h = redis.call('HMGET', key, 'w', 'c')
+  local start = p.fw_start or current(p, now_ms)
+  local w = h[1]
+  if w == p.fw_text then w = start else w = tonumber(w) or -1 end
+  return { w = w, c = tonumber(h[2]) or 0 }
+end
+
 function fixed_window.decide(s, p, now_ms, cost, _, reuse)
   local start, reset_ms = p.fw_start, p.fw_reset
   if start == nil then
-    local window = max(floor(p.window / 1000), 1)
-    local now = floor(now_ms / 1000)
-    start = now - (now % window)
-    reset_ms = (window - (now % window)) * 1000
-    p.fw_start, p.fw_reset = start, reset_ms
+    start = current(p, now_ms)
+    reset_ms = p.fw_reset
   end
   local count = s.c
   if s.w ~= start then count = 0 end
@@ -27,26 +38,26 @@ function fixed_window.decide(s, p, now_ms, cost, _, reuse)
   if after <= p.limit then
     if reuse then
       reuse.w, reuse.c = start, after
-      return reuse, true, p.limit - after, reset_ms, 0, 0
+      return reuse, p.limit - after, reset_ms, 0, start
     end
-    return { w = start, c = after }, true, p.limit - after, reset_ms, 0, 0
+    return { w = start, c = after }, p.limit - after, reset_ms, 0, start
   end
   local retry = -1
   if cost <= p.limit then retry = reset_ms end
-  if s.w == start then return s, false, 0, reset_ms, retry, 0 end
-  return { w = start, c = count }, false, 0, reset_ms, retry, 0
+  if s.w == start then return s, -1, reset_ms, retry, 0 end
+  return { w = start, c = count }, -1, reset_ms, retry, 0
 end
 
-function fixed_window.token(s) return s.w end
-
 -- TTL: the rest of the window, an instant fixed by w: a key stored in the same
--- window already has it (HSET keeps a TTL), so only a new window sets it.
+-- window already has it (HSET keeps a TTL), and its w, so only a new window sets them.
 function fixed_window.save(key, s, p, now_ms, injected, _, stored)
-  redis.call('HSET', key, 'w', s.w, 'c', s.c)
-  if stored.w ~= s.w then
-    local window = max(floor(p.window / 1000), 1)
-    pexpire(key, (s.w + window) * 1000 - now_ms, injected)
+  if stored.w == s.w then
+    redis.call('HSET', key, 'c', int(s.c))
+    return
   end
+  redis.call('HSET', key, 'w', int(s.w), 'c', int(s.c))
+  local window = max(floor(p.window / 1000), 1)
+  pexpire(key, (s.w + window) * 1000 - now_ms, injected)
 end
 
 function fixed_window.refund(key, p, token, cost)

@@ -17,14 +17,12 @@ function gcra.decide(s, p, now_ms, cost)
   local new_tat = tat + cost * t
   local diff = new_tat - now
   if cost <= p.burst and diff <= tau + EPSILON then
-    return new_tat, true, floor_u((tau - diff) / t + EPSILON), ceil_ms(diff), 0, 0
+    return new_tat, floor_u((tau - diff) / t + EPSILON), ceil_ms(diff), 0, 0
   end
   local retry = -1
   if cost <= p.burst then retry = ceil_ms(diff - tau) end
-  return tat, false, 0, ceil_ms(tat - now), retry, 0
+  return tat, -1, ceil_ms(tat - now), retry, 0
 end
-
-function gcra.token(s) return 0 end
 
 -- TTL: until TAT (then the key is as good as absent).
 function gcra.save(key, s, p, now_ms, injected)

@@ -21,7 +21,8 @@ function leaky_bucket.decide(s, p, now_ms, cost)
     local tat = slot + cost * t
     local delay = 0
     if cost > 0 then delay = ceil_ms(wait * 1000) end
-    return tat, true, floor_u(room - cost + EPSILON), ceil_ms(tat - now), 0, delay
+    -- The refund token is the drain time this operation left (in microseconds).
+    return tat, floor_u(room - cost + EPSILON), ceil_ms(tat - now), delay, floor(tat * 1000)
   end
   local retry = -1
   if cost <= p.burst then
@@ -30,11 +31,8 @@ function leaky_bucket.decide(s, p, now_ms, cost)
     if p.max_delay >= 0 then for_patience = wait - p.max_delay end
     retry = ceil_ms(max(for_room, for_patience))
   end
-  return slot, false, 0, ceil_ms(wait), retry, 0
+  return slot, -1, ceil_ms(wait), retry, 0
 end
-
--- The refund token is the drain time this operation left (in microseconds).
-function leaky_bucket.token(s) return floor(s * 1000) end
 
 -- TTL: until the queue is drained.
 function leaky_bucket.save(key, s, p, now_ms, injected)

@@ -2,11 +2,11 @@
 -- same request was denied, so a denied request leaves every counter as it found it.
 --
 -- KEYS[i]   a counter that operation i consumed from (one hash slot, as in batch.lua)
--- ARGV      2 values per operation i: its string as batch.lua reads it ("<f><id>:
---           <limit>:<window ms>:<burst>:<max delay ms>:<vetoes>:<cost>", any f), then
---           the refund token batch.lua returned for it. One layout for both scripts
---           means one encoder in scripts.rs; `algorithm(id)` is generated there, as for
---           batch.lua.
+-- ARGV      2 values per operation i: its 43 bytes as batch.lua reads them (struct
+--           '<BBddddBd': f, id, limit, window ms, burst, max delay ms, vetoes, cost;
+--           any f), then the refund token batch.lua returned for it. One layout
+--           for both scripts means one encoder in scripts.rs; `algorithm(id)` is
+--           generated there, as for batch.lua.
 -- Returns   the number of operations processed
 --
 -- A refund applies only to the state it consumed from (the token names the window or
@@ -15,12 +15,16 @@
 
 for i = 1, #KEYS do
   local a = 2 * (i - 1)
-  local id, limit, window, burst, cost = string.match(ARGV[a + 1] or '',
-    '^[-+.](%d+):(%d+):(%d+):(%d+):%-?%d+:[01]:(%d+)$')
-  local algo = algorithm(tonumber(id))
+  local op = ARGV[a + 1]
+  local algo, limit, window, burst, cost
+  if op ~= nil and #op == 43 then
+    local _, id
+    _, id, limit, window, burst, _, _, cost = struct.unpack('<BBddddBd', op)
+    algo = algorithm(id)
+  end
   if algo ~= nil then
-    local p = { limit = tonumber(limit), window = tonumber(window), burst = tonumber(burst) }
-    algo.refund(KEYS[i], p, tonumber(ARGV[a + 2]), tonumber(cost))
+    local p = { limit = limit, window = window, burst = burst }
+    algo.refund(KEYS[i], p, tonumber(ARGV[a + 2]), cost)
   end
 end
 return #KEYS

@@ -14,7 +14,7 @@ local sliding_log = {}
 
 -- Trims hits that left the window (scores <= now - W) before counting.
 function sliding_log.load(key, p, now_ms)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now_ms - p.window)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now_ms - p.window))
   local n = redis.call('ZCARD', key)
   -- ranks: the stored hits read so far, shared by every state of this call (the
   -- stored log does not change until the call's end).
@@ -37,14 +37,17 @@ local function reset_ms(s, window, now_ms)
   return hit(s, 1, now_ms) + window - now_ms
 end
 
-function sliding_log.decide(s, p, now_ms, cost, op, reuse)
+-- at: where the reply holds this operation's refund token, which save writes (the
+-- hits' member names are chosen there).
+function sliding_log.decide(s, p, now_ms, cost, at, reuse)
   local count = s.n + s.added
-  if cost > p.limit then return s, false, 0, reset_ms(s, p.window, now_ms), -1, 0 end
+  if cost > p.limit then return s, -1, reset_ms(s, p.window, now_ms), -1, 0 end
   if count + cost <= p.limit then
-    local after = s
+    local after, token = s, 0
     if cost > 0 then
+      token = nil
       -- pending: this call's admitted groups, newest first, shared with s.
-      local added, pending = s.added + cost, { op = op, n = cost, older = s.pending }
+      local added, pending = s.added + cost, { at = at, n = cost, older = s.pending }
       if reuse then
         after = reuse
         after.added, after.pending = added, pending
@@ -52,38 +55,35 @@ function sliding_log.decide(s, p, now_ms, cost, op, reuse)
         after = { key = s.key, n = s.n, ranks = s.ranks, added = added, pending = pending }
       end
     end
-    return after, true, p.limit - count - cost, reset_ms(after, p.window, now_ms), 0, 0
+    return after, p.limit - count - cost, reset_ms(after, p.window, now_ms), 0, token
   end
   local must_leave = count + cost - p.limit
-  return s, false, 0, reset_ms(s, p.window, now_ms), hit(s, must_leave, now_ms) + p.window - now_ms, 0
+  return s, -1, reset_ms(s, p.window, now_ms), hit(s, must_leave, now_ms) + p.window - now_ms, 0
 end
 
-function sliding_log.token(s) return 0 end
-
--- Adds the pending hits in one ZADD; returns {op index = base} as refund tokens. TTL:
--- one window (the newest hit is now).
-function sliding_log.save(key, s, p, now_ms, injected, now_us)
-  local tokens = {}
+-- Adds the pending hits in one ZADD and writes each group's base, its refund token,
+-- into the reply. TTL: one window (the newest hit is now).
+function sliding_log.save(key, s, p, now_ms, injected, now_us, _, out)
   local args = {}
+  local score = int(now_ms)
   local base = now_us
   local group = s.pending
   while group do
     while redis.call('ZSCORE', key, string.format('%.0f:1', base)) do base = base + 1 end
     for j = 1, group.n do
-      args[#args + 1] = now_ms
+      args[#args + 1] = score
       args[#args + 1] = string.format('%.0f:%d', base, j)
       if #args >= 1000 then
         redis.call('ZADD', key, unpack(args))
         args = {}
       end
     end
-    tokens[group.op] = base
+    out[group.at] = base
     base = base + 1
     group = group.older
   end
   if #args > 0 then redis.call('ZADD', key, unpack(args)) end
   pexpire(key, p.window, injected)
-  return tokens
 end
 
 function sliding_log.refund(key, p, token, cost)

@@ -4,20 +4,28 @@
 
 local sliding_window = {}
 
-function sliding_window.load(key)
-  local h = redis.call('HMGET', key, 's', 'p', 'c')
-  return { start = tonumber(h[1]) or -1, prev = tonumber(h[2]) or 0, curr = tonumber(h[3]) or 0 }
+-- The window's start depends only on the spec and the call's one clock: it is computed
+-- once per call and kept in the spec's table (p), which lives as long, with the start
+-- as Redis stores it.
+local function current(p, now_ms)
+  local start = now_ms - (now_ms % p.window)
+  p.sw_start, p.sw_text = start, int(start)
+  return start
 end
 
--- The window's start depends only on the spec and the call's one clock: it is computed
--- once per call and kept in the spec's table (p), which lives as long.
+-- A counter of the current window, the common case, has the start as its s: read
+-- without tonumber.
+function sliding_window.load(key, p, now_ms)
+  local h = redis.call('HMGET', key, 's', 'p', 'c')
+  local start = p.sw_start or current(p, now_ms)
+  local s = h[1]
+  if s == p.sw_text then s = start else s = tonumber(s) or -1 end
+  return { start = s, prev = tonumber(h[2]) or 0, curr = tonumber(h[3]) or 0 }
+end
+
 function sliding_window.decide(s, p, now_ms, cost, _, reuse)
   local window = p.window
-  local start = p.sw_start
-  if start == nil then
-    start = now_ms - (now_ms % window)
-    p.sw_start = start
-  end
+  local start = p.sw_start or current(p, now_ms)
   local prev, curr = 0, 0
   if s.start == start then
     prev, curr = s.prev, s.curr
@@ -32,12 +40,12 @@ function sliding_window.decide(s, p, now_ms, cost, _, reuse)
     local remaining = floor_u(p.limit - (estimate + cost))
     if reuse then
       reuse.start, reuse.prev, reuse.curr = start, prev, curr + cost
-      return reuse, true, remaining, reset_ms, 0, 0
+      return reuse, remaining, reset_ms, 0, start
     end
-    return { start = start, prev = prev, curr = curr + cost }, true, remaining, reset_ms, 0, 0
+    return { start = start, prev = prev, curr = curr + cost }, remaining, reset_ms, 0, start
   end
   local st = { start = start, prev = prev, curr = curr }
-  if cost > p.limit then return st, false, 0, reset_ms, -1, 0 end
+  if cost > p.limit then return st, -1, reset_ms, -1, 0 end
   local need = p.limit - cost
   local retry
   if curr <= need and prev > 0 then
@@ -48,16 +56,19 @@ function sliding_window.decide(s, p, now_ms, cost, _, reuse)
     if curr > need then at = window * (1 - need / curr) end
     retry = reset_ms + ceil_ms(at)
   end
-  return st, false, 0, reset_ms, retry, 0
+  return st, -1, reset_ms, retry, 0
 end
-
-function sliding_window.token(s) return s.start end
 
 -- TTL: two windows from the current one's start (then neither count matters), an
 -- instant fixed by the start: a key stored in the same window already has it.
+-- In the same window only c changes (p is the window before's, s its start).
 function sliding_window.save(key, s, p, now_ms, injected, _, stored)
-  redis.call('HSET', key, 's', s.start, 'p', s.prev, 'c', s.curr)
-  if stored.start ~= s.start then pexpire(key, s.start + 2 * p.window - now_ms, injected) end
+  if stored.start == s.start then
+    redis.call('HSET', key, 'c', int(s.curr))
+    return
+  end
+  redis.call('HSET', key, 's', int(s.start), 'p', int(s.prev), 'c', int(s.curr))
+  pexpire(key, s.start + 2 * p.window - now_ms, injected)
 end
 
 function sliding_window.refund(key, p, token, cost)

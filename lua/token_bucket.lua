@@ -25,18 +25,16 @@ function token_bucket.decide(s, p, now_ms, cost, _, reuse)
     local left = available - cost
     local new = reuse
     if new then new.t, new.a = left, now_ms else new = { t = left, a = now_ms } end
-    return new, true, floor_u(left + EPSILON), ceil_ms((burst - left) / rate), 0, 0
+    return new, floor_u(left + EPSILON), ceil_ms((burst - left) / rate), 0, 0
   end
   local retry = -1
   if cost <= p.burst then retry = ceil_ms((cost - available) / rate) end
-  return { t = available, a = now_ms }, false, 0, ceil_ms((burst - available) / rate), retry, 0
+  return { t = available, a = now_ms }, -1, ceil_ms((burst - available) / rate), retry, 0
 end
-
-function token_bucket.token(s) return 0 end
 
 -- TTL: until the bucket is full again (then no key means the same).
 function token_bucket.save(key, s, p, now_ms, injected)
-  redis.call('HSET', key, 't', f17(s.t), 'a', s.a)
+  redis.call('HSET', key, 't', f17(s.t), 'a', int(s.a))
   pexpire(key, ceil_ms((p.burst - s.t) / (p.limit / p.window)), injected)
 end
 

@@ -3,8 +3,9 @@
 //! repeated counters and shadow operations, time standing still, creeping and
 //! jumping) go through `lua/batch.lua` on a real Redis, with the time injected, and
 //! through the memory store (the Rust models) on a manual clock. Each script call
-//! carries 1 to 4 requests as segments (some of them dry runs), as the standalone
-//! batcher sends them; the model decides them one after the other. Every decision
+//! carries 1 to 4 requests as segments (some of them dry runs), or a hot counter's
+//! 2 to 21 alike requests (sent as runs), as the standalone batcher sends them; the
+//! model decides them one after the other. Every decision
 //! must agree exactly: allowed, remaining, reset, retry-after and shaping delay.
 
 use crate::common;
@@ -128,18 +129,30 @@ async fn run(algorithm: Algorithm, seed: u64) {
             clock.set_millis(now);
             // One script call carrying 1 to 4 requests (segments), as the batcher
             // sends them; the model decides the same requests one after the other.
-            let requests: Vec<Vec<CounterOp>> = (0..1 + rng.below(4))
-                .map(|_| {
-                    (0..1 + rng.below(3))
-                        .map(|_| CounterOp {
-                            key: keys[rng.below(2) as usize].clone(),
-                            params: p,
-                            cost: cost(&mut rng, &p),
-                            vetoes: rng.below(5) != 0,
-                        })
-                        .collect()
-                })
-                .collect();
+            // Now and then the call is a hot counter's: 2 to 21 alike one-operation
+            // requests, which the call sends as one run (scripts/runs.rs).
+            let requests: Vec<Vec<CounterOp>> = if rng.below(6) == 0 {
+                let op = CounterOp {
+                    key: keys[rng.below(2) as usize].clone(),
+                    params: p,
+                    cost: cost(&mut rng, &p),
+                    vetoes: rng.below(5) != 0,
+                };
+                vec![vec![op]; 2 + rng.below(20) as usize]
+            } else {
+                (0..1 + rng.below(4))
+                    .map(|_| {
+                        (0..1 + rng.below(3))
+                            .map(|_| CounterOp {
+                                key: keys[rng.below(2) as usize].clone(),
+                                params: p,
+                                cost: cost(&mut rng, &p),
+                                vetoes: rng.below(5) != 0,
+                            })
+                            .collect()
+                    })
+                    .collect()
+            };
             // Now and then a request is a dry run (decide, write nothing), as the
             // limiter sends when another store call already denied it.
             let dry: Vec<bool> = requests.iter().map(|_| rng.below(8) == 0).collect();

@@ -1,7 +1,8 @@
 //! What the batch script does inside Redis for one call, counted by Redis itself
 //! (`INFO commandstats` of a private server): a counter that many requests of one call
-//! touch is read once and written once, its TTL set only when its window starts; and
-//! a call with a malformed operation fails whole, writing nothing. Script time itself
+//! touch is read once and written once, its TTL set only when its window starts, its
+//! fields stored as plain decimals; and a call with a malformed operation or run
+//! length fails whole, writing nothing. Script time itself
 //! is measured by `examples/lua_cost.rs` (BENCHMARKS.md), not asserted here: timings
 //! on a shared machine are not a test.
 
@@ -91,6 +92,69 @@ async fn a_hot_counter_is_read_and_written_once_per_call() {
         .await
         .expect("PTTL");
     assert!(ttl > 0 && ttl <= 86_400_000, "PTTL {ttl}");
+    // Stored as before: the window start and the count as plain decimals.
+    let stored: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(&keys[0])
+        .query_async(&mut conn)
+        .await
+        .expect("HGETALL");
+    assert_eq!(
+        stored,
+        [
+            ("w".to_string(), windows[1].to_string()),
+            (
+                "c".to_string(),
+                (if windows[0] == windows[1] { 26 } else { 13 }).to_string()
+            ),
+        ]
+    );
+}
+
+/// A hot counter's requests travel as one pair with a run length (the last
+/// argument); a run length that does not fit its call fails it whole, unwritten.
+#[tokio::test]
+async fn a_malformed_run_fails_the_whole_call() {
+    let redis = common::redis::standalone();
+    let mut conn = loaded_connection(redis).await;
+    let prefix = common::redis::unique_prefix("script_work_runs");
+    let wire = [WireOp::new(&fixed_window_op(10))];
+    let keys = [format!("{prefix}hot")];
+    let segments: Vec<Segment<'_, String>> = (0..3)
+        .map(|_| Segment {
+            keys: &keys,
+            ops: &wire,
+            dry_run: false,
+        })
+        .collect();
+    let good = scripts::batch_cmd(&segments, None);
+    let args: Vec<Vec<u8>> = good
+        .args_iter()
+        .map(|arg| {
+            let redis::Arg::Simple(bytes) = arg else {
+                panic!("only plain arguments")
+            };
+            bytes.to_vec()
+        })
+        .collect();
+    assert_eq!(args.last(), Some(&vec![3u8]), "one pair, a run of 3");
+    for runs in [&[0u8][..], &[3, 1][..], &[][..]] {
+        let mut bad = redis::Cmd::new();
+        for arg in &args[..args.len() - 1] {
+            bad.arg(&arg[..]);
+        }
+        bad.arg(runs);
+        let err = bad
+            .query_async::<Vec<i64>>(&mut conn)
+            .await
+            .expect_err("a malformed run is refused");
+        assert!(err.to_string().contains("malformed runs"), "{err}");
+        let exists: u64 = redis::cmd("EXISTS")
+            .arg(&keys[..])
+            .query_async(&mut conn)
+            .await
+            .expect("EXISTS");
+        assert_eq!(exists, 0, "{runs:?}: nothing written");
+    }
 }
 
 #[tokio::test]
@@ -112,36 +176,43 @@ async fn a_malformed_operation_fails_the_whole_call() {
             dry_run: false,
         },
     ];
-    // The second request names an algorithm id no list has.
+    // The second request names an algorithm id no list has (byte 1 of an
+    // operation), is cut short, or carries a negative limit.
     let good = scripts::batch_cmd(&segments, None);
-    let mut bad = redis::Cmd::new();
-    let mut specs_seen = 0;
-    for arg in good.args_iter() {
-        let redis::Arg::Simple(bytes) = arg else {
-            panic!("only plain arguments")
-        };
-        if bytes.starts_with(b"+1:10:") {
-            specs_seen += 1;
-            if specs_seen == 2 {
-                bad.arg("+99:10:86400000:10:-1:1:1");
-                continue;
+    let corruptions: [fn(&mut Vec<u8>); 3] = [
+        |op| op[1] = 99,
+        |op| op.truncate(42),
+        |op| op[2..10].copy_from_slice(&(-10.0f64).to_le_bytes()),
+    ];
+    for corrupt in corruptions {
+        let mut bad = redis::Cmd::new();
+        let mut ops_seen = 0;
+        for arg in good.args_iter() {
+            let redis::Arg::Simple(bytes) = arg else {
+                panic!("only plain arguments")
+            };
+            if bytes.len() == 43 && bytes[0] == b'+' {
+                ops_seen += 1;
+                if ops_seen == 2 {
+                    let mut op = bytes.to_vec();
+                    corrupt(&mut op);
+                    bad.arg(op);
+                    continue;
+                }
             }
+            bad.arg(bytes);
         }
-        bad.arg(bytes);
+        assert_eq!(ops_seen, 2);
+        let err = bad
+            .query_async::<Vec<i64>>(&mut conn)
+            .await
+            .expect_err("a malformed call is refused");
+        assert!(err.to_string().contains("malformed operation 2"), "{err}");
+        let exists: u64 = redis::cmd("EXISTS")
+            .arg(&keys[..])
+            .query_async(&mut conn)
+            .await
+            .expect("EXISTS");
+        assert_eq!(exists, 0, "the valid first request wrote nothing");
     }
-    assert_eq!(specs_seen, 2);
-    let err = bad
-        .query_async::<Vec<i64>>(&mut conn)
-        .await
-        .expect_err("a malformed call is refused");
-    assert!(
-        err.to_string().contains("malformed operation +99:"),
-        "{err}"
-    );
-    let exists: u64 = redis::cmd("EXISTS")
-        .arg(&keys[..])
-        .query_async(&mut conn)
-        .await
-        .expect("EXISTS");
-    assert_eq!(exists, 0, "the valid first request wrote nothing");
 }

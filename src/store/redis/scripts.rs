@@ -10,15 +10,18 @@
 //! (script caches vanish on restart and failover), so a body crosses the network only
 //! when a server lacks it, and never with EVAL.
 
-use std::io::Write as _;
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
-use crate::algorithm::{Algorithm, Decision};
+use crate::algorithm::Algorithm;
 use crate::store::CounterOp;
+
+mod reply;
+mod runs;
+
+pub use reply::{Reply, parse_batch_reply};
 
 const COMMON: &str = include_str!("../../../lua/common.lua");
 
@@ -76,9 +79,6 @@ pub async fn evalsha<C: ConnectionLike, T: FromRedisValue>(
     }
 }
 
-/// Values per operation in the batch script's reply.
-const REPLY_STRIDE: usize = 4;
-
 /// One operation as both scripts read it, owned and `Copy` so a request can wait in
 /// the batcher's queue, or for its refund, without borrowing from its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,11 +92,12 @@ pub struct WireOp {
     vetoes: bool,
 }
 
-/// The longest string [`WireOp::write`] makes: a flag, an id, five 20-digit numbers
-/// (one signed), the vetoes flag and six colons.
-const OP_MAX: usize = 1 + 3 + 5 * 21 + 1 + 6;
+/// The bytes [`WireOp::write`] makes: struct format `<BBddddBd` in the scripts (a
+/// flag, the algorithm id, limit, window, burst, max delay as little-endian doubles,
+/// the vetoes flag, the cost as a double).
+const OP_LEN: usize = 1 + 1 + 4 * 8 + 1 + 8;
 
-/// Where an operation stands in its call, the first byte of its string (see
+/// Where an operation stands in its call, the first byte of its encoding (see
 /// `lua/batch.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flag {
@@ -126,29 +127,30 @@ impl WireOp {
         }
     }
 
-    /// The encoder: appends this operation to `cmd` as one argument,
-    /// `<flag><id>:<limit>:<window_ms>:<burst>:<max_delay_ms>:<vetoes>:<cost>`. Why one
-    /// string: the script parses each distinct string once per call, and a call's
-    /// operations mostly repeat (same rule, same cost), where it converted 7 arguments
-    /// per operation; Redis makes one Lua string per operation instead of 7.
+    /// The encoder: appends this operation to `cmd` as one argument of [`OP_LEN`]
+    /// bytes, numbers as the doubles Lua computes with. Why one argument: the script
+    /// parses each distinct operation once per call, and a call's operations mostly
+    /// repeat (same rule, same cost); why binary: one `struct.unpack` reads it, where
+    /// matching a text made a Lua string per field and converted each (about a
+    /// microsecond per call, as much as a decision), and formatting decimals here
+    /// cost tollgate too. A u64 becomes the double nearest to it, as Lua's
+    /// `tonumber` of its decimal did.
     fn write(&self, cmd: &mut Cmd, flag: Flag) {
-        let mut buf = [0u8; OP_MAX];
-        let mut rest = &mut buf[..];
-        // Cannot fail: OP_MAX fits the longest operation.
-        let _ = write!(
-            rest,
-            "{}{}:{}:{}:{}:{}:{}:{}",
-            flag as u8 as char,
-            self.algorithm,
-            self.limit,
-            self.window_ms,
-            self.burst,
-            self.max_delay_ms,
-            u8::from(self.vetoes),
-            self.cost
-        );
-        let len = OP_MAX - rest.len();
-        cmd.arg(&buf[..len]);
+        let mut buf = [0u8; OP_LEN];
+        buf[0] = flag as u8;
+        buf[1] = self.algorithm;
+        let numbers = [
+            self.limit as f64,
+            self.window_ms as f64,
+            self.burst as f64,
+            self.max_delay_ms as f64,
+        ];
+        for (i, x) in numbers.into_iter().enumerate() {
+            buf[2 + 8 * i..10 + 8 * i].copy_from_slice(&x.to_le_bytes());
+        }
+        buf[34] = u8::from(self.vetoes);
+        buf[35..].copy_from_slice(&(self.cost as f64).to_le_bytes());
+        cmd.arg(&buf[..]);
     }
 }
 
@@ -162,36 +164,31 @@ pub struct Segment<'a, K: AsRef<str>> {
 }
 
 /// The batch script's EVALSHA for `segments` (one per request; keys and operations in
-/// the same order), as one command. `now_ms` is for tests only: production passes
-/// `None` and the script reads the shard's clock. Written into the command's single
-/// buffer: a `ScriptInvocation` would keep every key and argument in a `Vec` of its
-/// own, then copy them all into a command again, two allocations per argument.
+/// the same order), as one command: a key and operation pair per operation, alike
+/// one-operation requests in a row sharing one ([`runs`]), their run lengths last when
+/// any is above one. `now_ms` is for tests only: production passes `None` and the
+/// script reads the shard's clock. Written into the command's single buffer: a
+/// `ScriptInvocation` would keep every key and argument in a `Vec` of its own, then
+/// copy them all into a command again, two allocations per argument.
 pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>) -> Cmd {
-    let n: usize = segments.iter().map(|s| s.ops.len()).sum();
-    let key_bytes: usize = segments
-        .iter()
-        .flat_map(|s| s.keys)
-        .map(|k| k.as_ref().len())
-        .sum();
-    let mut cmd = Cmd::with_capacity(4 + 2 * n, 64 + key_bytes + n * 48);
+    let entries = runs::entries(segments);
+    let n = entries.len();
+    let key_bytes: usize = entries.iter().map(|e| e.key.len()).sum();
+    let mut cmd = Cmd::with_capacity(5 + 2 * n, 64 + key_bytes + n * (OP_LEN + 1));
     cmd.arg("EVALSHA").arg(BATCH.get_hash()).arg(n);
-    for key in segments.iter().flat_map(|s| s.keys) {
-        cmd.arg(key.as_ref());
+    for entry in &entries {
+        cmd.arg(entry.key);
     }
     match now_ms {
         Some(ms) => cmd.arg(ms),
         None => cmd.arg(""),
     };
-    for segment in segments {
-        let mut flag = if segment.dry_run {
-            Flag::StartsDry
-        } else {
-            Flag::Starts
-        };
-        for w in segment.ops {
-            w.write(&mut cmd, flag);
-            flag = Flag::Continues;
-        }
+    for entry in &entries {
+        entry.op.write(&mut cmd, entry.flag);
+    }
+    if entries.iter().any(|e| e.run > 1) {
+        let runs: Vec<u8> = entries.iter().map(|e| e.run).collect();
+        cmd.arg(runs);
     }
     cmd
 }
@@ -218,48 +215,6 @@ pub fn refund_cmd(refunds: &[&Refund]) -> Cmd {
     cmd
 }
 
-/// One operation's reply: the decision and the refund token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reply {
-    pub decision: Decision,
-    pub token: i64,
-}
-
-/// Parses the batch reply for `n` operations.
-pub fn parse_batch_reply(values: &[i64], n: usize) -> Result<Vec<Reply>, String> {
-    if values.len() != n * REPLY_STRIDE {
-        return Err(format!(
-            "batch script returned {} values for {n} operations (expected {})",
-            values.len(),
-            n * REPLY_STRIDE
-        ));
-    }
-    let non_negative = |v: i64| u64::try_from(v).unwrap_or(0);
-    Ok(values
-        .chunks_exact(REPLY_STRIDE)
-        .map(|chunk| {
-            // [remaining, or -1 when denied; reset; delay if allowed, else retry
-            // (-1 = never); token]: see lua/batch.lua.
-            let allowed = chunk[0] >= 0;
-            Reply {
-                decision: Decision {
-                    allowed,
-                    remaining: non_negative(chunk[0]),
-                    reset_after: Duration::from_millis(non_negative(chunk[1])),
-                    retry_after: (!allowed && chunk[2] >= 0)
-                        .then(|| Duration::from_millis(non_negative(chunk[2]))),
-                    delay: if allowed {
-                        Duration::from_micros(non_negative(chunk[2]))
-                    } else {
-                        Duration::ZERO
-                    },
-                },
-                token: chunk[3],
-            }
-        })
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,6 +239,26 @@ mod tests {
         }
     }
 
+    /// The bytes of one operation as the scripts unpack them (`<BBddddBd`).
+    fn encoded(flag: u8, id: u8, numbers: [f64; 4], vetoes: u8, cost: f64) -> Vec<u8> {
+        let mut bytes = vec![flag, id];
+        for x in numbers {
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
+        bytes.push(vetoes);
+        bytes.extend_from_slice(&cost.to_le_bytes());
+        bytes
+    }
+
+    fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => b"<other>".to_vec(),
+            })
+            .collect()
+    }
+
     #[test]
     fn batch_cmd_is_evalsha_with_keys_then_segments_then_arguments() {
         let ops = [op(10, 1, true), op(5, 2, false), op(7, 1, true)];
@@ -302,59 +277,73 @@ mod tests {
             },
         ];
         let cmd = batch_cmd(&segments, None);
-        let args: Vec<String> = cmd
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                _ => "<other>".into(),
-            })
-            .collect();
-        #[rustfmt::skip]
+        let text = |s: &str| s.as_bytes().to_vec();
         let expected = [
-            "EVALSHA", BATCH.get_hash(), "3", "a{x}", "b{x}", "c{y}", "",
+            text("EVALSHA"),
+            text(BATCH.get_hash()),
+            text("3"),
+            text("a{x}"),
+            text("b{x}"),
+            text("c{y}"),
+            text(""),
             // The first segment is a dry run: "-" starts it, "." continues it.
-            "-1:10:60000:10:-1:1:1", ".1:5:60000:5:-1:0:2",
-            "+1:7:60000:7:-1:1:1",
+            encoded(b'-', 1, [10.0, 60000.0, 10.0, -1.0], 1, 1.0),
+            encoded(b'.', 1, [5.0, 60000.0, 5.0, -1.0], 0, 2.0),
+            encoded(b'+', 1, [7.0, 60000.0, 7.0, -1.0], 1, 1.0),
         ];
-        assert_eq!(args, expected);
+        assert_eq!(args(&cmd), expected);
+        assert!(expected[7..].iter().all(|op| op.len() == OP_LEN));
         let one = [Segment {
             keys: &keys[..1],
             ops: &wire[..1],
             dry_run: false,
         }];
-        let injected = batch_cmd(&one, Some(1234));
-        let args: Vec<_> = injected.args_iter().collect();
-        assert!(matches!(args[4], redis::Arg::Simple(b"1234")));
-        assert!(matches!(
-            args[5],
-            redis::Arg::Simple(b"+1:10:60000:10:-1:1:1")
-        ));
-    }
-
-    #[test]
-    fn replies_carry_remaining_or_denial_then_reset_then_delay_or_retry() {
-        let replies = parse_batch_reply(&[3, 1000, 250, 7, -1, 500, 400, 0, -1, 60, -1, 0], 3)
-            .expect("well-formed");
-        let ms = Duration::from_millis;
-        let allowed = replies[0].decision;
-        assert!(allowed.allowed);
+        let injected = args(&batch_cmd(&one, Some(1234)));
+        assert_eq!(injected[4], b"1234");
         assert_eq!(
-            (allowed.remaining, allowed.reset_after, allowed.retry_after),
-            (3, ms(1000), None)
+            injected[5],
+            encoded(b'+', 1, [10.0, 60000.0, 10.0, -1.0], 1, 1.0)
         );
-        assert_eq!(allowed.delay, Duration::from_micros(250));
-        assert_eq!(replies[0].token, 7);
-        let denied = replies[1].decision;
-        assert!(!denied.allowed);
-        assert_eq!((denied.remaining, denied.retry_after), (0, Some(ms(400))));
-        assert_eq!(denied.delay, Duration::ZERO);
-        assert_eq!(replies[2].decision.retry_after, None, "-1: never");
-        assert!(parse_batch_reply(&[1, 2, 3], 1).is_err());
     }
 
-    /// The longest values still fit the buffer whole.
+    /// Alike one-operation requests in a row on one counter are one pair; their run
+    /// lengths follow the operations, one byte per pair.
     #[test]
-    fn the_longest_operation_is_written_whole() {
+    fn a_hot_counter_is_one_pair_with_its_run_length() {
+        let wire = [WireOp::new(&op(10, 1, true))];
+        let (hot, other) = (["hot"], ["other"]);
+        let segment = |keys| Segment {
+            keys,
+            ops: &wire[..],
+            dry_run: false,
+        };
+        let segments = [
+            segment(&hot[..]),
+            segment(&hot),
+            segment(&hot),
+            segment(&other),
+        ];
+        let op = encoded(b'+', 1, [10.0, 60000.0, 10.0, -1.0], 1, 1.0);
+        let text = |s: &str| s.as_bytes().to_vec();
+        assert_eq!(
+            args(&batch_cmd(&segments, None)),
+            [
+                text("EVALSHA"),
+                text(BATCH.get_hash()),
+                text("2"),
+                text("hot"),
+                text("other"),
+                text(""),
+                op.clone(),
+                op,
+                vec![3, 1],
+            ]
+        );
+    }
+
+    /// The extremes arrive as the doubles Lua would have read from their decimals.
+    #[test]
+    fn the_extremes_are_encoded_as_the_nearest_doubles() {
         let wire = WireOp {
             algorithm: u8::MAX,
             limit: u64::MAX,
@@ -366,9 +355,12 @@ mod tests {
         };
         let mut cmd = Cmd::new();
         wire.write(&mut cmd, Flag::StartsDry);
-        let spec = format!("-255:{0}:{0}:{0}:{1}:1:{0}", u64::MAX, i64::MIN);
-        let args: Vec<_> = cmd.args_iter().collect();
-        assert!(matches!(args[0], redis::Arg::Simple(b) if b == spec.as_bytes()));
+        let max: f64 = u64::MAX.to_string().parse().expect("a number");
+        let min: f64 = i64::MIN.to_string().parse().expect("a number");
+        assert_eq!(
+            args(&cmd),
+            [encoded(b'-', 255, [max, max, max, min], 1, max)]
+        );
     }
 
     #[test]
@@ -385,21 +377,20 @@ mod tests {
             })
             .collect();
         let refs: Vec<&Refund> = refunds.iter().collect();
-        let args: Vec<String> = refund_cmd(&refs)
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                _ => "<other>".into(),
-            })
-            .collect();
-        // Per operation: its string as the batch script reads it, then the token.
-        #[rustfmt::skip]
+        let text = |s: &str| s.as_bytes().to_vec();
+        // Per operation: its encoding as the batch script reads it, then the token.
         let expected = [
-            "EVALSHA", REFUND.get_hash(), "2", "a{x}", "b{x}",
-            ".1:10:60000:10:-1:1:1", "7",
-            ".1:5:60000:5:-1:0:2", "-3",
+            text("EVALSHA"),
+            text(REFUND.get_hash()),
+            text("2"),
+            text("a{x}"),
+            text("b{x}"),
+            encoded(b'.', 1, [10.0, 60000.0, 10.0, -1.0], 1, 1.0),
+            text("7"),
+            encoded(b'.', 1, [5.0, 60000.0, 5.0, -1.0], 0, 2.0),
+            text("-3"),
         ];
-        assert_eq!(args, expected);
+        assert_eq!(args(&refund_cmd(&refs)), expected);
     }
 
     /// The dispatch comes from the Rust list, in id order, before the entry point
