@@ -12,12 +12,17 @@
 //! beaten anyway (some group denies) is refunded and the request walks in order as
 //! before. Near a limit nothing changed.
 //!
-//! What the parallel path can cost others: until its refund lands, a request that lost
-//! its race holds hits in the other groups. It only races when every counter had its
-//! margin, so for its hits to turn someone else away, more than a margin of traffic
-//! must land in those few milliseconds; `tests/it/cross_slot.rs` fires such a burst
-//! (300 requests at a limit of 100, all taking the parallel path) and counts exactly
-//! 100 admissions.
+//! What it keeps: no counter admits more than its limit (each group is checked and
+//! consumed atomically, a refund gives back only what its request took), and a denied
+//! request consumes nothing (refunded). What the parallel path can cost others: until
+//! its refund lands (about two round trips), a request that lost its race holds hits
+//! in its other groups. It only raced because every counter had its margin, so for
+//! those hits to turn a walking request away, more than a margin must be spent within
+//! those milliseconds. `tests/it/cross_slot.rs` fires such a burst (300 identical
+//! requests at once on counters of limit 100: every check sees 99 left, so they race,
+//! and two thirds lose and walk) and counts exactly 100 admissions in every round.
+//! A request dropped by its caller while its groups are in flight leaves what they
+//! consumed (as a walk leaves its group in flight): fewer admissions, never more.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -232,6 +237,7 @@ impl Cluster {
     /// exactly min(N, L) are admitted: nobody starves anybody. The cost: one round
     /// trip for the check plus one per group in sequence, instead of one in parallel
     /// (the figures are in docs/architecture.md, "Requests across slots").
+    ///
     /// `replies` holds what the check found, reported for the groups after a denial.
     async fn walk_in_order(
         &self,

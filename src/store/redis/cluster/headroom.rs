@@ -181,7 +181,7 @@ mod tests {
         assert!(ample(&ops, &[reply(true, 125), reply(true, 900)]));
         assert!(!ample(&ops, &[reply(true, 124), reply(true, 900)]));
         assert!(!ample(&ops, &[reply(false, 0), reply(true, 900)]));
-        let mut shadow = ops.clone();
+        let mut shadow = ops;
         shadow[0].vetoes = false;
         assert!(ample(&shadow, &[reply(false, 0), reply(true, 900)]));
     }
