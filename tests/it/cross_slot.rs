@@ -4,7 +4,10 @@
 //! counters in different slots is admitted, 50 rounds running); a limit of 5 admits
 //! exactly 5 while denied cross-slot requests consume and refund it, and Redis holds
 //! exactly the admitted counts afterwards; the store stack keeps no over-limit cache
-//! on a cluster, so a denial that a refund undoes is never answered locally.
+//! on a cluster, so a denial that a refund undoes is never answered locally. Far from
+//! their limits the groups are acquired all at once (the path is counted by the store
+//! and asserted), and a burst that beats the margin (300 at once on limit 100, racing,
+//! refunding and walking) still admits exactly 100.
 
 use crate::common;
 
@@ -307,15 +310,12 @@ async fn far_from_its_limits_a_request_takes_its_groups_at_once_and_near_them_in
         let decisions = store.decide(&far).await.expect("decided");
         assert!(decisions.iter().all(|d| d.allowed), "{decisions:?}");
     }
+    // All at once every time; on hints after the first unless the machine stalled
+    // past a hint's 50 ms between two calls (then that one is checked again).
     let seen = store.cross_slot_paths();
-    assert_eq!(
-        seen,
-        CrossSlotPaths {
-            checked: 1,
-            hinted: 10,
-            ..Default::default()
-        }
-    );
+    assert_eq!(seen.checked + seen.hinted, 11, "{seen:?}");
+    assert!(seen.checked >= 1 && seen.hinted >= 1, "{seen:?}");
+    assert_eq!((seen.fell_back, seen.ordered, seen.denied), (0, 0, 0));
     for op in &far {
         assert_eq!(count(&prefix, &format!("k={}", op.key.entries[0].1)), 11);
     }
@@ -323,8 +323,9 @@ async fn far_from_its_limits_a_request_takes_its_groups_at_once_and_near_them_in
     for _ in 0..3 {
         assert!(store.decide(&near).await.expect("decided")[0].allowed);
     }
-    assert_eq!(store.cross_slot_paths().ordered, 3);
-    assert_eq!(store.cross_slot_paths().hinted, 10);
+    let after = store.cross_slot_paths();
+    assert_eq!(after.ordered, 3, "{after:?}");
+    assert_eq!(after.hinted + after.checked, 11, "{after:?}");
 }
 
 /// A burst that beats the margin: 300 identical 2-slot requests at once over 3
@@ -339,9 +340,19 @@ async fn a_burst_that_beats_the_margin_still_admits_exactly_the_limit() {
         let ops = spread_ops(&format!("r{round}"), 2, 100);
         let calls = (0..300).map(|i| stores[i % 3].decide(&ops));
         let results = join_all(calls).await;
+        let failed: Vec<String> = results
+            .iter()
+            .filter_map(|r| r.as_ref().err().map(ToString::to_string))
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "{} failed: {:?}",
+            failed.len(),
+            &failed[..1]
+        );
         let admitted = results
-            .into_iter()
-            .filter(|r| r.as_ref().expect("decided").iter().all(|d| d.allowed))
+            .iter()
+            .filter(|r| r.as_ref().is_ok_and(|ds| ds.iter().all(|d| d.allowed)))
             .count();
         per_round.push(admitted);
         for op in &ops {
