@@ -180,11 +180,9 @@ impl Cluster {
         )
         .await;
         let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
-        let mut guard = RefundGuard::new(
-            self.connection.clone(),
-            self.timeout,
-            self.abandoned.clone(),
-        );
+        // Groups that consumed: refunded only if another group failed or denied, so an
+        // admitted request (the common case) builds no refunds (their keys are copied).
+        let mut consumed = Vec::with_capacity(groups.len());
         let mut failure = None;
         let mut denied = false;
         for (indices, result) in groups.iter().zip(results) {
@@ -207,19 +205,25 @@ impl Cluster {
                 // A segment that denies consumes nothing of its own.
                 denied = true;
             } else {
-                guard.hold(keys, ops, indices, &replies);
+                consumed.push(indices);
             }
         }
-        if let Some(error) = failure {
-            guard.settle(deadline).await;
-            return Err(error);
+        if failure.is_none() && !denied {
+            return Ok(Some(replies));
         }
-        if denied {
-            guard.settle(deadline).await;
-            return Ok(None);
+        let mut guard = RefundGuard::new(
+            self.connection.clone(),
+            self.timeout,
+            self.abandoned.clone(),
+        );
+        for indices in consumed {
+            guard.hold(keys, ops, indices, &replies);
         }
-        guard.disarm();
-        Ok(Some(replies))
+        guard.settle(deadline).await;
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(None),
+        }
     }
 
     /// Acquires the slot groups in ascending slot order, each check-and-consume in one
