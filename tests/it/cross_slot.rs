@@ -4,17 +4,25 @@
 //! counters in different slots is admitted, 50 rounds running); a limit of 5 admits
 //! exactly 5 while denied cross-slot requests consume and refund it, and Redis holds
 //! exactly the admitted counts afterwards; the store stack keeps no over-limit cache
-//! on a cluster, so a denial that a refund undoes is never answered locally.
+//! on a cluster, so a denial that a refund undoes is never answered locally. Far from
+//! their limits the groups are acquired all at once (the path is counted by the store
+//! and asserted), and a burst that beats the margin (300 at once on limit 100, racing,
+//! refunding and walking) still admits exactly 100.
 
 use crate::common;
 
+use std::sync::Arc;
+
 use common::server::{TestServer, config, descriptor, request};
 use futures_util::future::join_all;
+use tollgate::algorithm::{Algorithm, Params};
 use tollgate::limiter::LimiterOptions;
 use tollgate::proto::RateLimitRequest;
 use tollgate::proto::rate_limit_response::Code;
 use tollgate::store::breaker::BreakerOptions;
+use tollgate::store::redis::{CrossSlotPaths, RedisStore};
 use tollgate::store::stack;
+use tollgate::store::{CounterKey, CounterOp, Store};
 
 const TWO_COUNTERS: &str = "
 domain: xs
@@ -225,4 +233,137 @@ async fn a_refunded_denial_is_not_served_from_a_cache() {
     for server in servers {
         server.stop().await;
     }
+}
+
+/// `groups` fixed-window operations of limit `limit` (cost 1), each counter in a slot
+/// of its own (the default hash tag is the domain and the entries), named `{round}gN`.
+fn spread_ops(round: &str, groups: usize, limit: u64) -> Vec<CounterOp> {
+    let cluster = common::redis::cluster();
+    let mut slots = Vec::new();
+    let mut ops = Vec::new();
+    for i in 0.. {
+        if ops.len() == groups {
+            break;
+        }
+        let value = format!("{round}g{i}");
+        let slot = common::redis::keyslot(cluster, &format!("{{xsp|k={value}}}"));
+        if slots.contains(&slot) {
+            continue;
+        }
+        slots.push(slot);
+        ops.push(CounterOp {
+            key: CounterKey {
+                domain: Arc::from("xsp"),
+                rule: Arc::from("k"),
+                entries: vec![("k".into(), value)],
+                algorithm: Algorithm::FixedWindow,
+                window_secs: 3600,
+                hash_tag: None,
+            },
+            params: Params {
+                algorithm: Algorithm::FixedWindow,
+                limit,
+                window_ms: 3_600_000,
+                burst: limit,
+                max_delay_ms: None,
+            },
+            cost: 1,
+            vetoes: true,
+        });
+    }
+    ops
+}
+
+/// `n` stores sharing one fresh prefix, as `n` replicas have.
+async fn replicas(n: usize, test: &str) -> (Vec<RedisStore>, String) {
+    let options = common::stores::options(common::stores::cluster_target(), test);
+    let mut stores = Vec::new();
+    for _ in 0..n {
+        stores.push(common::stores::connect(&options).await);
+    }
+    (stores, options.key_prefix)
+}
+
+fn paths(stores: &[RedisStore]) -> CrossSlotPaths {
+    stores
+        .iter()
+        .map(RedisStore::cross_slot_paths)
+        .fold(CrossSlotPaths::default(), |a, b| CrossSlotPaths {
+            hinted: a.hinted + b.hinted,
+            checked: a.checked + b.checked,
+            fell_back: a.fell_back + b.fell_back,
+            ordered: a.ordered + b.ordered,
+            denied: a.denied + b.denied,
+        })
+}
+
+/// Far from its limits, a 3-slot request is acquired all at once: the first after a
+/// check, the next ones on the hints the replies left (no check at all), and Redis
+/// holds every hit. Near a limit (10, within the 64-request margin) the same request
+/// walks in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn far_from_its_limits_a_request_takes_its_groups_at_once_and_near_them_in_order() {
+    let (stores, prefix) = replicas(1, "cross_slot_parallel").await;
+    let store = &stores[0];
+    let far = spread_ops("far", 3, 1_000_000);
+    for _ in 0..11 {
+        let decisions = store.decide(&far).await.expect("decided");
+        assert!(decisions.iter().all(|d| d.allowed), "{decisions:?}");
+    }
+    // All at once every time; on hints after the first unless the machine stalled
+    // past a hint's 50 ms between two calls (then that one is checked again).
+    let seen = store.cross_slot_paths();
+    assert_eq!(seen.checked + seen.hinted, 11, "{seen:?}");
+    assert!(seen.checked >= 1 && seen.hinted >= 1, "{seen:?}");
+    assert_eq!((seen.fell_back, seen.ordered, seen.denied), (0, 0, 0));
+    for op in &far {
+        assert_eq!(count(&prefix, &format!("k={}", op.key.entries[0].1)), 11);
+    }
+    let near = spread_ops("near", 3, 10);
+    for _ in 0..3 {
+        assert!(store.decide(&near).await.expect("decided")[0].allowed);
+    }
+    let after = store.cross_slot_paths();
+    assert_eq!(after.ordered, 3, "{after:?}");
+    assert_eq!(after.hinted + after.checked, 11, "{after:?}");
+}
+
+/// A burst that beats the margin: 300 identical 2-slot requests at once over 3
+/// replicas on fresh counters of limit 100, so every check sees 99 left (above the
+/// margin of 64) and the requests race all at once; the losers refund and walk in
+/// order. Exactly 100 are admitted in every round, and Redis holds exactly 100.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_that_beats_the_margin_still_admits_exactly_the_limit() {
+    let (stores, prefix) = replicas(3, "cross_slot_burst").await;
+    let mut per_round = Vec::new();
+    for round in 0..5 {
+        let ops = spread_ops(&format!("r{round}"), 2, 100);
+        let calls = (0..300).map(|i| stores[i % 3].decide(&ops));
+        let results = join_all(calls).await;
+        let failed: Vec<String> = results
+            .iter()
+            .filter_map(|r| r.as_ref().err().map(ToString::to_string))
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "{} failed: {:?}",
+            failed.len(),
+            &failed[..1]
+        );
+        let admitted = results
+            .iter()
+            .filter(|r| r.as_ref().is_ok_and(|ds| ds.iter().all(|d| d.allowed)))
+            .count();
+        per_round.push(admitted);
+        for op in &ops {
+            assert_eq!(count(&prefix, &format!("k={}", op.key.entries[0].1)), 100);
+        }
+    }
+    let seen = paths(&stores);
+    eprintln!("limit 100, 300 at once: admitted {per_round:?}, paths {seen:?}");
+    assert!(per_round.iter().all(|&n| n == 100), "{per_round:?}");
+    assert!(
+        seen.fell_back > 0,
+        "the margin was beaten: some raced, lost and walked ({seen:?})"
+    );
 }

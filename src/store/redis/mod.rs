@@ -1,7 +1,7 @@
 //! The Redis store, standalone (direct or through Sentinel) or cluster. A standalone
 //! server decides a whole request in one script call, shared with the requests
 //! queued beside it (`batcher.rs`); a cluster splits it by hash slot and acquires the
-//! groups in slot order (`cluster.rs`, refunds in `refund.rs`), each call under the
+//! groups at once or in slot order (`cluster/`, refunds in `refund.rs`), each call under the
 //! circuit breaker of the master serving its slot (`nodes.rs`, slot map in
 //! `slots.rs`); a standalone store gets one breaker around it (`store/stack.rs`).
 //! This module connects, picks the path, bounds each request by the store's timeout
@@ -38,6 +38,7 @@ use crate::algorithm::Decision;
 use crate::metrics::Metrics;
 use crate::telemetry::ratelimited;
 
+pub use cluster::CrossSlotPaths;
 pub use connect::RedisTarget;
 
 /// Bound on one readiness PING.
@@ -171,6 +172,14 @@ impl RedisStore {
         match self.backend.get() {
             Some(Backend::Cluster(cluster)) => cluster.refunds_abandoned(),
             _ => 0,
+        }
+    }
+
+    /// Which way multi-slot requests went (cluster only; see `cluster/acquire.rs`).
+    pub fn cross_slot_paths(&self) -> CrossSlotPaths {
+        match self.backend.get() {
+            Some(Backend::Cluster(cluster)) => cluster.cross_slot_paths(),
+            _ => CrossSlotPaths::default(),
         }
     }
 

@@ -1,14 +1,18 @@
 //! The Redis Cluster path. A request's counter operations are grouped by hash slot;
 //! each group is decided atomically by one segment of a batch-script call, which
-//! concurrent groups in the same slot share ([`super::slot_batch`]). A request with several
-//! groups acquires them one after another in ascending slot order and stops at the
-//! first group that denies; the groups it already consumed are then refunded
+//! concurrent groups in the same slot share ([`super::slot_batch`]). A request with
+//! several groups acquires them all at once when every counter is far from its limit,
+//! otherwise one after another in ascending slot order ([`acquire`], the margin in
+//! [`headroom`]); a group that denies gets the groups already consumed refunded
 //! ([`super::refund`]), so a denied request consumes nothing. A single group is one
 //! call; dry runs consume nothing and ask every group at once.
 //!
 //! Every group call is bounded by the request's deadline and made under the breaker
 //! of the master serving its slot ([`super::nodes`]): a stalled master fails only
 //! the requests with a group on it.
+
+mod acquire;
+mod headroom;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,13 +24,16 @@ use tokio::time::Instant;
 
 use super::keys;
 use super::nodes::Nodes;
-use super::refund::RefundGuard;
 use super::scripts::{Reply, WireOp};
 use super::slot_batch::SlotBatchers;
 use crate::algorithm::Decision;
 use crate::metrics::Metrics;
 use crate::store::breaker::BreakerOptions;
 use crate::store::{CounterOp, StoreError};
+
+pub use self::acquire::CrossSlotPaths;
+use self::acquire::PathCounters;
+use self::headroom::Headroom;
 
 /// A group's timeout counts against its master only when the group had at least
 /// the store's timeout divided by this left of the request's budget.
@@ -45,6 +52,10 @@ pub struct Cluster {
     nodes: Arc<Nodes>,
     /// One queue per slot: concurrent groups in a slot share a call.
     batchers: SlotBatchers,
+    /// What the last replies said each counter still admits (bounded).
+    headroom: Headroom,
+    /// Which way multi-group requests went.
+    paths: PathCounters,
 }
 
 impl Cluster {
@@ -67,7 +78,14 @@ impl Cluster {
             timeout,
             abandoned,
             nodes,
+            headroom: Headroom::default(),
+            paths: PathCounters::default(),
         }
+    }
+
+    /// Which way the multi-group requests went so far (see [`acquire`]).
+    pub fn cross_slot_paths(&self) -> CrossSlotPaths {
+        self.paths.get()
     }
 
     /// Refunded operations that could not be given back (see [`super::refund`]).
@@ -97,100 +115,7 @@ impl Cluster {
                 .await?;
             return Ok(decisions(replies));
         }
-        self.walk(keys, ops, &groups, deadline).await
-    }
-
-    /// Acquires the slot groups in ascending slot order, each check-and-consume in one
-    /// atomic call, stopping at the first that denies.
-    ///
-    /// Why in order, and not all at once: with consume-then-refund in parallel, N
-    /// requests on two nearly full counters can each win one slot and lose the other,
-    /// and all of them refund: nobody is admitted (issue 12 saw 10 rounds of 50 with
-    /// no admission). Here every request meets the groups in the same order, so a
-    /// request waiting on group k holds hits only in groups before k, never after.
-    /// Hits in the last group belong to requests that are through, hence admitted;
-    /// and a request can hold a hit in group j only after getting one in each group
-    /// before j. So for identical requests on limit L, the first L to pass group 1
-    /// find room at every later group (only they can be ahead of them there), and
-    /// exactly min(N, L) are admitted: nobody starves anybody. The cost: one round
-    /// trip for the check plus one per group in sequence, instead of one in parallel
-    /// (the figures are in docs/architecture.md, "Requests across slots").
-    async fn walk(
-        &self,
-        keys: &[String],
-        ops: &[CounterOp],
-        groups: &[Vec<usize>],
-        deadline: Instant,
-    ) -> Result<Vec<Decision>, StoreError> {
-        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
-        // Check first: a dry run of every group at once (one round trip). A request
-        // that some group would deny anyway is denied here without consuming
-        // anything, so it never holds a counter that others are racing for: without
-        // this, {x, y} requests denied at a full y each took one of x's hits for a
-        // round trip and gave it back, and {x} requests meeting those hits were
-        // denied (a limit of 5 admitted 4 of 60). The walk below still decides: the
-        // check is an optimisation of the common case, never a commitment.
-        self.dry_run_groups(keys, ops, groups, deadline, &mut replies)
-            .await?;
-        if replies
-            .iter()
-            .zip(ops)
-            .any(|(r, op)| op.vetoes && r.is_some_and(|r| !r.decision.allowed))
-        {
-            return Ok(decisions(replies));
-        }
-        // Built only on this (multi-group) path; if this future is dropped mid-walk,
-        // the guard still sends the refunds from a task of its own.
-        let mut guard = RefundGuard::new(
-            self.connection.clone(),
-            self.timeout,
-            self.abandoned.clone(),
-        );
-        let mut denied_at = None;
-        for (g, indices) in groups.iter().enumerate() {
-            let group_replies = match self.bounded(keys, ops, indices, false, deadline).await {
-                Ok(r) => r,
-                Err(e) => {
-                    // The failed call itself may or may not have consumed (a timeout
-                    // says nothing); the groups before it surely did.
-                    guard.settle(deadline).await;
-                    return Err(e);
-                }
-            };
-            let vetoed = indices
-                .iter()
-                .zip(&group_replies)
-                .any(|(&i, r)| ops[i].vetoes && !r.decision.allowed);
-            for (&i, reply) in indices.iter().zip(group_replies) {
-                replies[i] = Some(reply);
-            }
-            if vetoed {
-                denied_at = Some(g);
-                break;
-            }
-            if g + 1 < groups.len() {
-                guard.hold(keys, ops, indices, &replies);
-            }
-        }
-        let Some(g) = denied_at else {
-            guard.disarm();
-            return Ok(decisions(replies));
-        };
-
-        // Denied at group g: give back the groups before it. The groups after it keep
-        // the statuses the check found (nothing consumed there, no new round trip).
-        guard.settle(deadline).await;
-        // What the refunded operations report is what remains without this request.
-        for &i in groups[..g].iter().flatten() {
-            if let Some(reply) = replies[i].as_mut().filter(|r| r.decision.allowed) {
-                reply.decision.remaining = reply
-                    .decision
-                    .remaining
-                    .saturating_add(ops[i].cost)
-                    .min(ops[i].params.limit.max(ops[i].params.burst));
-            }
-        }
-        Ok(decisions(replies))
+        self.acquire(keys, ops, &groups, deadline).await
     }
 
     /// Dry runs of `groups`, concurrently, their replies put into `replies`.

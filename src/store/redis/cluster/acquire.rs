@@ -1,0 +1,308 @@
+//! Acquiring a request's slot groups, all or nothing: all at once when every counter
+//! is far from its limit, one after another in ascending slot order otherwise.
+//!
+//! Why two ways. The ordered walk is what keeps contention from starving anybody
+//! ([`Cluster::walk_in_order`] argues it), but it costs one round trip per group in
+//! sequence after the check: a 3-group request took 4 round trips and 6 script
+//! segments, and the cluster served 0.39x the standalone rate. Starvation needs
+//! counters at their limit; a counter far from it admits every request racing for it,
+//! in any order. So "check first and consume second": when the check (or a fresh hint
+//! standing in for it, [`super::headroom`]) shows every group leaves a margin after
+//! the request's cost, the groups are acquired in parallel, one round trip; a margin
+//! beaten anyway (some group denies) is refunded and the request walks in order as
+//! before. Near a limit nothing changed.
+//!
+//! What it keeps: no counter admits more than its limit (each group is checked and
+//! consumed atomically, a refund gives back only what its request took), and a denied
+//! request consumes nothing (refunded). What the parallel path can cost others: until
+//! its refund lands (about two round trips), a request that lost its race holds hits
+//! in its other groups. It only raced because every counter had its margin, so for
+//! those hits to turn a walking request away, more than a margin must be spent within
+//! those milliseconds. `tests/it/cross_slot.rs` fires such a burst (300 identical
+//! requests at once on counters of limit 100: every check sees 99 left, so they race,
+//! and two thirds lose and walk) and counts exactly 100 admissions in every round.
+//! A request dropped by its caller while its groups are in flight leaves what they
+//! consumed (as a walk leaves its group in flight): fewer admissions, never more.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+
+use super::super::refund::RefundGuard;
+use super::super::scripts::Reply;
+use super::headroom;
+use super::{Cluster, decisions};
+use crate::algorithm::Decision;
+use crate::store::{CounterOp, StoreError};
+
+/// How the multi-group requests this store decided went; for tests and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CrossSlotPaths {
+    /// Acquired all at once after fresh hints showed the margins (no check).
+    pub hinted: u64,
+    /// Acquired all at once after the check showed the margins.
+    pub checked: u64,
+    /// Raced all at once, a group denied: refunded, then walked in order.
+    pub fell_back: u64,
+    /// Walked in order because some counter was within its margin.
+    pub ordered: u64,
+    /// Denied by the check, nothing consumed.
+    pub denied: u64,
+}
+
+#[derive(Default)]
+pub struct PathCounters {
+    hinted: AtomicU64,
+    checked: AtomicU64,
+    fell_back: AtomicU64,
+    ordered: AtomicU64,
+    denied: AtomicU64,
+}
+
+impl PathCounters {
+    pub fn get(&self) -> CrossSlotPaths {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CrossSlotPaths {
+            hinted: get(&self.hinted),
+            checked: get(&self.checked),
+            fell_back: get(&self.fell_back),
+            ordered: get(&self.ordered),
+            denied: get(&self.denied),
+        }
+    }
+}
+
+fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Whether any vetoing operation of `replies` was denied.
+fn vetoed(ops: &[CounterOp], replies: &[Option<Reply>]) -> bool {
+    replies
+        .iter()
+        .zip(ops)
+        .any(|(r, op)| op.vetoes && r.is_some_and(|r| !r.decision.allowed))
+}
+
+impl Cluster {
+    /// Decides a request of several slot groups, consuming: see the module docs.
+    pub(super) async fn acquire(
+        &self,
+        keys: &[String],
+        ops: &[CounterOp],
+        groups: &[Vec<usize>],
+        deadline: Instant,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let paths = &self.paths;
+        if self.headroom.ample(keys, ops) {
+            // The hints are a guess: a group that denies is refunded and the request
+            // walks, so a stale hint costs time, never an admission.
+            count(&paths.hinted);
+            if let Some(replies) = self.all_at_once(keys, ops, groups, deadline).await? {
+                return Ok(decisions(replies));
+            }
+            count(&paths.fell_back);
+            return self.check_then_walk(keys, ops, groups, deadline).await;
+        }
+        let replies = self.check(keys, ops, groups, deadline).await?;
+        if vetoed(ops, &replies) {
+            count(&paths.denied);
+            return Ok(decisions(replies));
+        }
+        if !headroom::ample(ops, &replies) {
+            count(&paths.ordered);
+            return self
+                .walk_in_order(keys, ops, groups, deadline, replies)
+                .await;
+        }
+        count(&paths.checked);
+        if let Some(replies) = self.all_at_once(keys, ops, groups, deadline).await? {
+            return Ok(decisions(replies));
+        }
+        count(&paths.fell_back);
+        self.check_then_walk(keys, ops, groups, deadline).await
+    }
+
+    /// The check: a dry run of every group at once (one round trip), remembered as
+    /// hints. A request that some group would deny anyway is denied by it without
+    /// consuming anything, so it never holds a counter that others are racing for:
+    /// without it, {x, y} requests denied at a full y each took one of x's hits for a
+    /// round trip and gave it back, and {x} requests meeting those hits were denied (a
+    /// limit of 5 admitted 4 of 60). The acquisition still decides: the check is an
+    /// optimisation of the common case, never a commitment.
+    async fn check(
+        &self,
+        keys: &[String],
+        ops: &[CounterOp],
+        groups: &[Vec<usize>],
+        deadline: Instant,
+    ) -> Result<Vec<Option<Reply>>, StoreError> {
+        let mut replies = vec![None; ops.len()];
+        self.dry_run_groups(keys, ops, groups, deadline, &mut replies)
+            .await?;
+        for indices in groups {
+            self.headroom.record(keys, indices, &replies);
+        }
+        Ok(replies)
+    }
+
+    /// The path the request takes after its margin was beaten: today's, check and walk.
+    async fn check_then_walk(
+        &self,
+        keys: &[String],
+        ops: &[CounterOp],
+        groups: &[Vec<usize>],
+        deadline: Instant,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let replies = self.check(keys, ops, groups, deadline).await?;
+        if vetoed(ops, &replies) {
+            return Ok(decisions(replies));
+        }
+        self.walk_in_order(keys, ops, groups, deadline, replies)
+            .await
+    }
+
+    /// Check-and-consume of every group at once. `None` when some group denied: what
+    /// the others consumed is given back before this returns (within the deadline), so
+    /// the request's walk does not meet its own hits.
+    async fn all_at_once(
+        &self,
+        keys: &[String],
+        ops: &[CounterOp],
+        groups: &[Vec<usize>],
+        deadline: Instant,
+    ) -> Result<Option<Vec<Option<Reply>>>, StoreError> {
+        let results = join_all(
+            groups
+                .iter()
+                .map(|indices| self.bounded(keys, ops, indices, false, deadline)),
+        )
+        .await;
+        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
+        // Groups that consumed: refunded only if another group failed or denied, so an
+        // admitted request (the common case) builds no refunds (their keys are copied).
+        let mut consumed = Vec::with_capacity(groups.len());
+        let mut failure = None;
+        let mut denied = false;
+        for (indices, result) in groups.iter().zip(results) {
+            let group = match result {
+                Ok(group) => group,
+                // May or may not have consumed (a timeout says nothing): as in the walk.
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    continue;
+                }
+            };
+            for (&i, reply) in indices.iter().zip(group) {
+                replies[i] = Some(reply);
+            }
+            self.headroom.record(keys, indices, &replies);
+            let group_denied = indices
+                .iter()
+                .any(|&i| ops[i].vetoes && replies[i].is_some_and(|r| !r.decision.allowed));
+            if group_denied {
+                // A segment that denies consumes nothing of its own.
+                denied = true;
+            } else {
+                consumed.push(indices);
+            }
+        }
+        if failure.is_none() && !denied {
+            return Ok(Some(replies));
+        }
+        let mut guard = RefundGuard::new(
+            self.connection.clone(),
+            self.timeout,
+            self.abandoned.clone(),
+        );
+        for indices in consumed {
+            guard.hold(keys, ops, indices, &replies);
+        }
+        guard.settle(deadline).await;
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(None),
+        }
+    }
+
+    /// Acquires the slot groups in ascending slot order, each check-and-consume in one
+    /// atomic call, stopping at the first that denies.
+    ///
+    /// Why in order, and not all at once: with consume-then-refund in parallel, N
+    /// requests on two nearly full counters can each win one slot and lose the other,
+    /// and all of them refund: nobody is admitted (issue 12 saw 10 rounds of 50 with
+    /// no admission). Here every request meets the groups in the same order, so a
+    /// request waiting on group k holds hits only in groups before k, never after.
+    /// Hits in the last group belong to requests that are through, hence admitted;
+    /// and a request can hold a hit in group j only after getting one in each group
+    /// before j. So for identical requests on limit L, the first L to pass group 1
+    /// find room at every later group (only they can be ahead of them there), and
+    /// exactly min(N, L) are admitted: nobody starves anybody. The cost: one round
+    /// trip for the check plus one per group in sequence, instead of one in parallel
+    /// (the figures are in docs/architecture.md, "Requests across slots").
+    ///
+    /// `replies` holds what the check found, reported for the groups after a denial.
+    async fn walk_in_order(
+        &self,
+        keys: &[String],
+        ops: &[CounterOp],
+        groups: &[Vec<usize>],
+        deadline: Instant,
+        mut replies: Vec<Option<Reply>>,
+    ) -> Result<Vec<Decision>, StoreError> {
+        // Built only on this (multi-group) path; if this future is dropped mid-walk,
+        // the guard still sends the refunds from a task of its own.
+        let mut guard = RefundGuard::new(
+            self.connection.clone(),
+            self.timeout,
+            self.abandoned.clone(),
+        );
+        let mut denied_at = None;
+        for (g, indices) in groups.iter().enumerate() {
+            let group_replies = match self.bounded(keys, ops, indices, false, deadline).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // The failed call itself may or may not have consumed (a timeout
+                    // says nothing); the groups before it surely did.
+                    guard.settle(deadline).await;
+                    return Err(e);
+                }
+            };
+            let vetoed = indices
+                .iter()
+                .zip(&group_replies)
+                .any(|(&i, r)| ops[i].vetoes && !r.decision.allowed);
+            for (&i, reply) in indices.iter().zip(group_replies) {
+                replies[i] = Some(reply);
+            }
+            self.headroom.record(keys, indices, &replies);
+            if vetoed {
+                denied_at = Some(g);
+                break;
+            }
+            if g + 1 < groups.len() {
+                guard.hold(keys, ops, indices, &replies);
+            }
+        }
+        let Some(g) = denied_at else {
+            guard.disarm();
+            return Ok(decisions(replies));
+        };
+
+        // Denied at group g: give back the groups before it. The groups after it keep
+        // the statuses the check found (nothing consumed there, no new round trip).
+        guard.settle(deadline).await;
+        // What the refunded operations report is what remains without this request.
+        for &i in groups[..g].iter().flatten() {
+            if let Some(reply) = replies[i].as_mut().filter(|r| r.decision.allowed) {
+                reply.decision.remaining = reply
+                    .decision
+                    .remaining
+                    .saturating_add(ops[i].cost)
+                    .min(ops[i].params.limit.max(ops[i].params.burst));
+            }
+        }
+        Ok(decisions(replies))
+    }
+}
