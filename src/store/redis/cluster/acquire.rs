@@ -10,7 +10,10 @@
 //! standing in for it, [`super::headroom`]) shows every group leaves a margin after
 //! the request's cost, the groups are acquired in parallel, one round trip; a margin
 //! beaten anyway (some group denies) is refunded and the request walks in order as
-//! before. Near a limit nothing changed.
+//! before. Near a limit nothing changed. On hot counters the hints skip the check
+//! too: 3 segments and one round trip per 3-group request, and in the same bench
+//! rounds the cluster went from 0.44x to 0.71x the standalone rate (script calls per
+//! request 0.62 to 0.23, Redis CPU per request 68 to 28 us: docs/architecture.md).
 //!
 //! What it keeps: no counter admits more than its limit (each group is checked and
 //! consumed atomically, a refund gives back only what its request took), and a denied
