@@ -28,6 +28,7 @@
 //! consumed (as a walk leaves its group in flight): fewer admissions, never more.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use tokio::time::Instant;
@@ -52,15 +53,41 @@ pub struct CrossSlotPaths {
     pub ordered: u64,
     /// Denied by the check, nothing consumed.
     pub denied: u64,
+    /// Denied soon after a lost race, and decided once more after [`SECOND_LOOK`].
+    pub second_looks: u64,
 }
 
-#[derive(Default)]
+/// How long after a lost race a denial is not trusted at once: the racers' refunds
+/// (one round trip each, sent as their replies arrive) land well within it.
+pub const RACE_SHADOW: Duration = Duration::from_millis(100);
+/// The pause before a denial in a race's shadow is decided once more.
+pub const SECOND_LOOK: Duration = Duration::from_millis(5);
+
 pub struct PathCounters {
     hinted: AtomicU64,
     checked: AtomicU64,
     fell_back: AtomicU64,
     ordered: AtomicU64,
     denied: AtomicU64,
+    second_looks: AtomicU64,
+    /// When this process last lost a race, in ms since `epoch` (0: never).
+    lost_race_ms: AtomicU64,
+    epoch: std::time::Instant,
+}
+
+impl Default for PathCounters {
+    fn default() -> Self {
+        Self {
+            hinted: AtomicU64::new(0),
+            checked: AtomicU64::new(0),
+            fell_back: AtomicU64::new(0),
+            ordered: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+            second_looks: AtomicU64::new(0),
+            lost_race_ms: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+        }
+    }
 }
 
 impl PathCounters {
@@ -72,7 +99,20 @@ impl PathCounters {
             fell_back: get(&self.fell_back),
             ordered: get(&self.ordered),
             denied: get(&self.denied),
+            second_looks: get(&self.second_looks),
         }
+    }
+
+    fn lost_race(&self) {
+        // +1: 0 means never.
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        self.lost_race_ms.store(now, Ordering::Relaxed);
+    }
+
+    fn in_race_shadow(&self) -> bool {
+        let last = self.lost_race_ms.load(Ordering::Relaxed);
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        last != 0 && now.saturating_sub(last) < RACE_SHADOW.as_millis() as u64
     }
 }
 
@@ -90,7 +130,38 @@ fn vetoed(ops: &[CounterOp], replies: &[Option<Reply>]) -> bool {
 
 impl Cluster {
     /// Decides a request of several slot groups, consuming: see the module docs.
+    ///
+    /// A denial soon after this process lost a race gets a second look: the racers'
+    /// hits are refunded within a round trip or two, and a request that met them at a
+    /// counter's limit was turned away by hits that are not there any more. Without
+    /// it, 300 identical requests at once on a limit of 100 (every one racing, two
+    /// thirds losing) admitted 99 in about one round of 50. The second look is one
+    /// pause and one more check for denials in a race's shadow only.
     pub(super) async fn acquire(
+        &self,
+        keys: &[String],
+        ops: &[CounterOp],
+        groups: &[Vec<usize>],
+        deadline: Instant,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let decisions = self.acquire_once(keys, ops, groups, deadline).await?;
+        let denied = decisions
+            .iter()
+            .zip(ops)
+            .any(|(d, op)| op.vetoes && !d.allowed);
+        if !denied || !self.paths.in_race_shadow() {
+            return Ok(decisions);
+        }
+        let pause = Instant::now() + SECOND_LOOK;
+        if pause >= deadline {
+            return Ok(decisions);
+        }
+        tokio::time::sleep_until(pause).await;
+        count(&self.paths.second_looks);
+        self.check_then_walk(keys, ops, groups, deadline).await
+    }
+
+    async fn acquire_once(
         &self,
         keys: &[String],
         ops: &[CounterOp],
@@ -225,7 +296,10 @@ impl Cluster {
         guard.settle(deadline).await;
         match failure {
             Some(error) => Err(error),
-            None => Ok(None),
+            None => {
+                self.paths.lost_race();
+                Ok(None)
+            }
         }
     }
 
