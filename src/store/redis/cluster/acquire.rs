@@ -23,7 +23,9 @@
 //! those hits to turn a walking request away, more than a margin must be spent within
 //! those milliseconds. `tests/it/cross_slot.rs` fires such a burst (300 identical
 //! requests at once on counters of limit 100: every check sees 99 left, so they race,
-//! and two thirds lose and walk) and counts exactly 100 admissions in every round.
+//! and two thirds lose and walk) and counts exactly 100 admissions in every round,
+//! given the second look [`Cluster::acquire`] gives denials in a race's shadow. That
+//! is a test, not a proof: what it can leave is under-admission, never over.
 //! A request dropped by its caller while its groups are in flight leaves what they
 //! consumed (as a walk leaves its group in flight): fewer admissions, never more.
 
