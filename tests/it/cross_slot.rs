@@ -294,6 +294,7 @@ fn paths(stores: &[RedisStore]) -> CrossSlotPaths {
             fell_back: a.fell_back + b.fell_back,
             ordered: a.ordered + b.ordered,
             denied: a.denied + b.denied,
+            second_looks: a.second_looks + b.second_looks,
         })
 }
 
