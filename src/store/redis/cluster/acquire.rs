@@ -14,24 +14,23 @@
 //!
 //! What it keeps: no counter admits more than its limit (each group is checked and
 //! consumed atomically, a refund gives back only what its request took), and a denied
-//! request consumes nothing (refunded). What the parallel path can cost others: until
-//! its refund lands (about two round trips), a request that lost its race holds hits
-//! in its other groups. It only raced because every counter had its margin, so for
-//! those hits to turn a walking request away, more than a margin must be spent within
-//! those milliseconds. `tests/it/cross_slot.rs` fires such a burst (300 identical
-//! requests at once on counters of limit 100: every check sees 99 left, so they race,
-//! and two thirds lose and walk) and counts exactly 100 admissions in every round.
-//! A request dropped by its caller while its groups are in flight leaves what they
-//! consumed (as a walk leaves its group in flight): fewer admissions, never more.
+//! request consumes nothing (refunded), even when its caller stops waiting mid-flight
+//! ([`super::parallel`] runs the groups and their refunds in a task of its own).
+//! What the parallel path can cost others: until its refund lands (about two round
+//! trips), a request that lost its race holds hits in its other groups. It only raced
+//! because every counter had its margin after what this process already had in flight,
+//! so for those hits to turn a walking request away, more than a margin must be spent
+//! within those milliseconds by other replicas. `tests/it/cross_slot.rs` fires such a
+//! burst (300 identical requests at once over 3 replicas on counters of limit 100) and
+//! counts exactly 100 admissions in every round.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use super::super::refund::RefundGuard;
 use super::super::scripts::Reply;
-use super::headroom;
+use super::headroom::Ids;
 use super::{Cluster, decisions};
 use crate::algorithm::Decision;
 use crate::store::{CounterOp, StoreError};
@@ -87,6 +86,18 @@ fn vetoed(ops: &[CounterOp], replies: &[Option<Reply>]) -> bool {
 
 impl Cluster {
     /// Decides a request of several slot groups, consuming: see the module docs.
+    ///
+    /// The race, bounded. Within this process no two parallel acquisitions together
+    /// take a counter below its margin: each reserves its cost before it races and
+    /// counts the others' reservations against its margin ([`super::headroom::Reservation`]).
+    /// Across R replicas each may do the same on its own reading, so the racers of one
+    /// moment may take up to R x (reading - margin) where the reading allowed
+    /// (reading - margin): the margin is beaten only when the other replicas together
+    /// spend more than a margin (64 requests of this cost, or an eighth of the limit)
+    /// between one replica's reading and its acquisition (a round trip, at most
+    /// [`super::headroom::TTL`] for a hint). Beaten, some requests lose a group, refund and
+    /// walk; a loser's check may meet other losers' not yet refunded hits and be
+    /// denied: fewer admissions than min(N, L) for that burst, never more than L.
     pub(super) async fn acquire(
         &self,
         keys: &[String],
@@ -95,33 +106,46 @@ impl Cluster {
         deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
         let paths = &self.paths;
-        if self.headroom.ample(keys, ops) {
+        let ids = self.headroom.ids(keys, ops);
+        if let Some(reserved) = self.headroom.hinted(&ids, ops) {
             // The hints are a guess: a group that denies is refunded and the request
-            // walks, so a stale hint costs time, never an admission.
-            count(&paths.hinted);
-            if let Some(replies) = self.all_at_once(keys, ops, groups, deadline).await? {
+            // walks, so a stale hint costs time, never an admission. A request of
+            // shadow operations only has nothing to deny it and needed no hint.
+            if ops.iter().any(|op| op.vetoes) {
+                count(&paths.hinted);
+            }
+            let raced = self
+                .all_at_once(keys, ops, &ids, groups, deadline, reserved)
+                .await?;
+            if let Some(replies) = raced {
                 return Ok(decisions(replies));
             }
             count(&paths.fell_back);
-            return self.check_then_walk(keys, ops, groups, deadline).await;
+            return self
+                .check_then_walk(keys, ops, &ids, groups, deadline)
+                .await;
         }
-        let replies = self.check(keys, ops, groups, deadline).await?;
+        let replies = self.check(keys, ops, &ids, groups, deadline).await?;
         if vetoed(ops, &replies) {
             count(&paths.denied);
             return Ok(decisions(replies));
         }
-        if !headroom::ample(ops, &replies) {
+        let Some(reserved) = self.headroom.checked(&ids, ops, &replies) else {
             count(&paths.ordered);
             return self
-                .walk_in_order(keys, ops, groups, deadline, replies)
+                .walk_in_order(keys, ops, &ids, groups, deadline, replies)
                 .await;
-        }
+        };
         count(&paths.checked);
-        if let Some(replies) = self.all_at_once(keys, ops, groups, deadline).await? {
+        let raced = self
+            .all_at_once(keys, ops, &ids, groups, deadline, reserved)
+            .await?;
+        if let Some(replies) = raced {
             return Ok(decisions(replies));
         }
         count(&paths.fell_back);
-        self.check_then_walk(keys, ops, groups, deadline).await
+        self.check_then_walk(keys, ops, &ids, groups, deadline)
+            .await
     }
 
     /// The check: a dry run of every group at once (one round trip), remembered as
@@ -135,6 +159,7 @@ impl Cluster {
         &self,
         keys: &[String],
         ops: &[CounterOp],
+        ids: &[Ids],
         groups: &[Vec<usize>],
         deadline: Instant,
     ) -> Result<Vec<Option<Reply>>, StoreError> {
@@ -142,7 +167,7 @@ impl Cluster {
         self.dry_run_groups(keys, ops, groups, deadline, &mut replies)
             .await?;
         for indices in groups {
-            self.headroom.record(keys, indices, &replies);
+            self.headroom.record(ids, indices, &replies);
         }
         Ok(replies)
     }
@@ -152,78 +177,16 @@ impl Cluster {
         &self,
         keys: &[String],
         ops: &[CounterOp],
+        ids: &[Ids],
         groups: &[Vec<usize>],
         deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
-        let replies = self.check(keys, ops, groups, deadline).await?;
+        let replies = self.check(keys, ops, ids, groups, deadline).await?;
         if vetoed(ops, &replies) {
             return Ok(decisions(replies));
         }
-        self.walk_in_order(keys, ops, groups, deadline, replies)
+        self.walk_in_order(keys, ops, ids, groups, deadline, replies)
             .await
-    }
-
-    /// Check-and-consume of every group at once. `None` when some group denied: what
-    /// the others consumed is given back before this returns (within the deadline), so
-    /// the request's walk does not meet its own hits.
-    async fn all_at_once(
-        &self,
-        keys: &[String],
-        ops: &[CounterOp],
-        groups: &[Vec<usize>],
-        deadline: Instant,
-    ) -> Result<Option<Vec<Option<Reply>>>, StoreError> {
-        let results = join_all(
-            groups
-                .iter()
-                .map(|indices| self.bounded(keys, ops, indices, false, deadline)),
-        )
-        .await;
-        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
-        // Groups that consumed: refunded only if another group failed or denied, so an
-        // admitted request (the common case) builds no refunds (their keys are copied).
-        let mut consumed = Vec::with_capacity(groups.len());
-        let mut failure = None;
-        let mut denied = false;
-        for (indices, result) in groups.iter().zip(results) {
-            let group = match result {
-                Ok(group) => group,
-                // May or may not have consumed (a timeout says nothing): as in the walk.
-                Err(e) => {
-                    failure.get_or_insert(e);
-                    continue;
-                }
-            };
-            for (&i, reply) in indices.iter().zip(group) {
-                replies[i] = Some(reply);
-            }
-            self.headroom.record(keys, indices, &replies);
-            let group_denied = indices
-                .iter()
-                .any(|&i| ops[i].vetoes && replies[i].is_some_and(|r| !r.decision.allowed));
-            if group_denied {
-                // A segment that denies consumes nothing of its own.
-                denied = true;
-            } else {
-                consumed.push(indices);
-            }
-        }
-        if failure.is_none() && !denied {
-            return Ok(Some(replies));
-        }
-        let mut guard = RefundGuard::new(
-            self.connection.clone(),
-            self.timeout,
-            self.abandoned.clone(),
-        );
-        for indices in consumed {
-            guard.hold(keys, ops, indices, &replies);
-        }
-        guard.settle(deadline).await;
-        match failure {
-            Some(error) => Err(error),
-            None => Ok(None),
-        }
     }
 
     /// Acquires the slot groups in ascending slot order, each check-and-consume in one
@@ -247,6 +210,7 @@ impl Cluster {
         &self,
         keys: &[String],
         ops: &[CounterOp],
+        ids: &[Ids],
         groups: &[Vec<usize>],
         deadline: Instant,
         mut replies: Vec<Option<Reply>>,
@@ -276,7 +240,7 @@ impl Cluster {
             for (&i, reply) in indices.iter().zip(group_replies) {
                 replies[i] = Some(reply);
             }
-            self.headroom.record(keys, indices, &replies);
+            self.headroom.record(ids, indices, &replies);
             if vetoed {
                 denied_at = Some(g);
                 break;
