@@ -9,6 +9,9 @@
 //! and asserted), and a burst that beats the margin (300 at once on limit 100, racing,
 //! refunding and walking) still admits exactly 100.
 
+mod dropped;
+mod margins;
+
 use crate::common;
 
 use std::sync::Arc;
@@ -85,7 +88,11 @@ fn admitted(codes: &[i32]) -> usize {
 
 /// The count field of the one key under `prefix` whose entries are `entries`.
 fn count(prefix: &str, entries: &str) -> u64 {
-    let cluster = common::redis::cluster();
+    count_in(common::redis::cluster(), prefix, entries)
+}
+
+/// [`count`] on `cluster`.
+fn count_in(cluster: &common::redis::RedisCluster, prefix: &str, entries: &str) -> u64 {
     let keys = common::redis::scan_keys(&cluster.nodes(), &format!("{prefix}*:{entries}:*"));
     assert_eq!(keys.len(), 1, "one key for {entries}: {keys:?}");
     common::redis::redis_cli_cluster(cluster, &["HGET", &keys[0], "c"])
