@@ -7,7 +7,8 @@
 //! on a cluster, so a denial that a refund undoes is never answered locally. Far from
 //! their limits the groups are acquired all at once (the path is counted by the store
 //! and asserted), and a burst that beats the margin (300 at once on limit 100, racing,
-//! refunding and walking) still admits exactly 100.
+//! refunding and walking) still admits exactly 100. Which counters may race at all is
+//! in `margins`; a parallel request dropped by its caller mid-flight, in `dropped`.
 
 mod dropped;
 mod margins;
