@@ -1,10 +1,9 @@
 //! When a cross-slot request may acquire its slot groups all at once: the margin rule,
 //! the per-counter hints (what the last replies this process saw said a counter
 //! still admits) that let a request skip its check when its counters are far from
-//! their limits, and the reservations of the acquisitions in flight.
+//! their limits.
 //!
-//! The rule: every vetoing operation must leave, after its cost and after what this
-//! process's other parallel acquisitions of the same counter have in flight, at least
+//! The rule: every vetoing operation must leave, after its cost, at least
 //! [`margin`] = max([`ABSOLUTE`] x cost, capacity / [`RELATIVE`]). The absolute part
 //! covers a burst: [`ABSOLUTE`] more requests of the same size landing on the counter
 //! between the reading and the acquisition (a hot counter's reading is one round trip
@@ -16,11 +15,12 @@
 //! costs the request a refund and the ordered walk (`cluster/acquire.rs`), never a
 //! wrong admission.
 //!
-//! The reservations make the rule hold within one process whatever its own burst: a
-//! request reserves its cost on each counter before it races ([`Reservation`], given
-//! back when its acquisition completes or is dropped), and reads the others' in-flight
-//! reservations into its own margin; so this replica's racers together never take a
-//! counter below its margin. Other replicas' racers are what the margin is for.
+//! No reservation of what this process has in flight: reserving each racer's cost and
+//! counting it against the others' margin (a review's proposal) split a burst into a
+//! few racers and many walkers on the same counters at the same moment, which block
+//! each other as unordered acquisitions do (300 at once over 3 replicas on limit 100
+//! admitted 58 in one round); without it the whole burst races, the losers refund,
+//! and the ordered walk sorts them out (25 of 25 rounds admitted exactly 100).
 //!
 //! A limit whose algorithm denies on a wait (a leaky bucket with `max_delay`) has no
 //! margin at all: `remaining` is room in its queue, not how many more requests its
@@ -33,12 +33,9 @@
 //! table of [`HINTS`] cells (a hash picks the cell; a newer reading evicts an older
 //! one): bounded whatever the traffic. A cell whose hash differs, or older than
 //! [`TTL`], is no hint: the request asks Redis first (the dry run), as it always did.
-//! In-flight reservations are counted per key in a table of [`HINTS`] atomics; two
-//! counters sharing a cell only make each other's margin larger.
 
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::super::scripts::Reply;
@@ -51,7 +48,7 @@ pub const RELATIVE: u64 = 8;
 /// How long a reading stands in for a dry run. A hot counter is re-read by every
 /// reply (its hint is about one round trip old); a cold one is asked again.
 pub const TTL: Duration = Duration::from_millis(50);
-/// Cells in the hint table (and in the table of in-flight reservations).
+/// Cells in the hint table.
 pub const HINTS: usize = 4096;
 
 /// What `op` must still admit after its cost for the groups to be taken in parallel;
@@ -69,13 +66,11 @@ pub fn margin(op: &CounterOp) -> Option<u64> {
     )
 }
 
-/// Where one operation's readings and reservations are kept.
+/// Where one operation's readings are kept: a hash of its key and its limit's
+/// parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ids {
-    /// The hint's identity: the key and the limit's parameters.
     hint: u64,
-    /// The counter's identity (its key alone): what is in flight on it.
-    counter: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -85,11 +80,9 @@ struct Hint {
     at: Instant,
 }
 
-/// The last readings of the counters this process decided on the cross-slot path,
-/// and what its parallel acquisitions have in flight on them.
+/// The last readings of the counters this process decided on the cross-slot path.
 pub struct Headroom {
     cells: Box<[Mutex<Option<Hint>>]>,
-    in_flight: Arc<[AtomicU64]>,
     hasher: RandomState,
 }
 
@@ -97,24 +90,20 @@ impl Default for Headroom {
     fn default() -> Self {
         Self {
             cells: (0..HINTS).map(|_| Mutex::new(None)).collect(),
-            in_flight: (0..HINTS).map(|_| AtomicU64::new(0)).collect(),
             hasher: RandomState::new(),
         }
     }
 }
 
-/// Costs reserved on counters by one parallel acquisition, given back on drop.
-pub struct Reservation {
-    in_flight: Arc<[AtomicU64]>,
-    held: Vec<(usize, u64)>,
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        for &(cell, cost) in &self.held {
-            self.in_flight[cell].fetch_sub(cost, Ordering::AcqRel);
-        }
-    }
+/// Whether every vetoing operation i of `ops` leaves its margin, `room(i)` being what
+/// it leaves after its cost, if known.
+fn leave_margins(ops: &[CounterOp], room: impl Fn(usize) -> Option<u64>) -> bool {
+    ops.iter().enumerate().all(|(i, op)| {
+        !op.vetoes
+            || margin(op)
+                .zip(room(i))
+                .is_some_and(|(margin, room)| room >= margin)
+    })
 }
 
 /// The cell of a hash: HINTS is a power of two far below u64::MAX, so the cast and
@@ -125,7 +114,7 @@ fn cell_of(hash: u64) -> usize {
 }
 
 impl Headroom {
-    /// Where each operation's readings and reservations live (`keys` are theirs).
+    /// Where each operation's readings live (`keys` are theirs).
     pub fn ids(&self, keys: &[String], ops: &[CounterOp]) -> Vec<Ids> {
         keys.iter()
             .zip(ops)
@@ -134,17 +123,16 @@ impl Headroom {
                 let limit = (p.algorithm, p.limit, p.window_ms, p.burst, p.max_delay_ms);
                 Ids {
                     hint: self.hasher.hash_one((key, limit)),
-                    counter: self.hasher.hash_one(key),
                 }
             })
             .collect()
     }
 
-    /// Fresh hints say every vetoing operation leaves its margin after its cost and
-    /// what is in flight: the check can be skipped, the costs are reserved.
-    pub fn hinted(&self, ids: &[Ids], ops: &[CounterOp]) -> Option<Reservation> {
+    /// Fresh hints say every vetoing operation leaves its margin after its cost: the
+    /// check can be skipped.
+    pub fn hinted(&self, ids: &[Ids], ops: &[CounterOp]) -> bool {
         let now = Instant::now();
-        self.reserve(ids, ops, |i| {
+        leave_margins(ops, |i| {
             let hint = *self.cells[cell_of(ids[i].hint)]
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
@@ -155,47 +143,13 @@ impl Headroom {
     }
 
     /// The check (`replies`, dry runs: remaining after each cost) says every vetoing
-    /// operation leaves its margin after what is in flight: the costs are reserved.
-    pub fn checked(
-        &self,
-        ids: &[Ids],
-        ops: &[CounterOp],
-        replies: &[Option<Reply>],
-    ) -> Option<Reservation> {
-        self.reserve(ids, ops, |i| {
+    /// operation leaves its margin.
+    pub fn checked(&self, ops: &[CounterOp], replies: &[Option<Reply>]) -> bool {
+        leave_margins(ops, |i| {
             replies[i]
                 .filter(|r| r.decision.allowed)
                 .map(|r| r.decision.remaining)
         })
-    }
-
-    /// Reserves every vetoing operation's cost if `room(i)` (what operation i leaves
-    /// after its cost, if known) covers its margin plus what was reserved before it.
-    /// Reserving before comparing makes concurrent callers see each other.
-    fn reserve(
-        &self,
-        ids: &[Ids],
-        ops: &[CounterOp],
-        room: impl Fn(usize) -> Option<u64>,
-    ) -> Option<Reservation> {
-        let mut reservation = Reservation {
-            in_flight: Arc::clone(&self.in_flight),
-            held: Vec::new(),
-        };
-        for (i, op) in ops.iter().enumerate() {
-            if !op.vetoes {
-                continue;
-            }
-            let margin = margin(op)?;
-            let room = room(i)?;
-            let cell = cell_of(ids[i].counter);
-            let before = self.in_flight[cell].fetch_add(op.cost, Ordering::AcqRel);
-            reservation.held.push((cell, op.cost));
-            if room < before.saturating_add(margin) {
-                return None;
-            }
-        }
-        Some(reservation)
     }
 
     /// Remembers what the replies `indices` (of `replies`) say their counters admit:
@@ -229,6 +183,7 @@ mod tests {
     use super::*;
     use crate::algorithm::{Algorithm, Decision, Params};
     use crate::store::CounterKey;
+    use std::sync::Arc;
 
     fn op(limit: u64, cost: u64) -> CounterOp {
         CounterOp {
@@ -290,24 +245,21 @@ mod tests {
         let ops = [shaped, op(1_000_000, 1)];
         let ids = headroom.ids(&keys(&["a", "b"]), &ops);
         let roomy = [reply(true, 999_999), reply(true, 999_999)];
-        assert!(headroom.checked(&ids, &ops, &roomy).is_none());
+        assert!(!headroom.checked(&ops, &roomy));
         headroom.record(&ids, &[0, 1], &roomy);
-        assert!(headroom.hinted(&ids, &ops).is_none());
+        assert!(!headroom.hinted(&ids, &ops));
         // Without the patience limit the same bucket is counted as any other.
         let mut queue = ops;
         queue[0].params.max_delay_ms = None;
-        let ids = headroom.ids(&keys(&["a", "b"]), &queue);
-        assert!(headroom.checked(&ids, &queue, &roomy).is_some());
+        assert!(headroom.checked(&queue, &roomy));
     }
 
     #[test]
     fn replies_within_the_margin_or_denied_are_not_ample_and_shadow_ops_do_not_count() {
         let headroom = Headroom::default();
         let ops = [op(1000, 1), op(1000, 1)];
-        let ids = headroom.ids(&keys(&["a", "b"]), &ops);
-        let ample = |replies: &[Option<Reply>; 2], ops: &[CounterOp]| {
-            headroom.checked(&ids, ops, replies).is_some()
-        };
+        let ample =
+            |replies: &[Option<Reply>; 2], ops: &[CounterOp]| headroom.checked(ops, replies);
         assert!(ample(&[reply(true, 125), reply(true, 900)], &ops));
         assert!(!ample(&[reply(true, 124), reply(true, 900)], &ops));
         assert!(!ample(&[reply(false, 0), reply(true, 900)], &ops));
@@ -321,7 +273,7 @@ mod tests {
         let headroom = Headroom::default();
         let ops = [op(1000, 1), op(1000, 1)];
         let ids = headroom.ids(&keys(&["a", "b"]), &ops);
-        let ample = || headroom.hinted(&ids, &ops).is_some();
+        let ample = || headroom.hinted(&ids, &ops);
         assert!(!ample(), "no hint yet");
         headroom.record(&ids, &[0, 1], &[reply(true, 900), reply(true, 500)]);
         assert!(ample());
@@ -333,7 +285,7 @@ mod tests {
         headroom.record(&ids, &[1], &[None, reply(true, 900)]);
         assert!(ample());
         let unknown = headroom.ids(&keys(&["c", "b"]), &ops);
-        assert!(headroom.hinted(&unknown, &ops).is_none(), "an unknown key");
+        assert!(!headroom.hinted(&unknown, &ops), "an unknown key");
     }
 
     /// Finding 3: Envoy's per-descriptor override decides one counter under another
@@ -345,52 +297,16 @@ mod tests {
         let wide = [op(1000, 1), op(1000, 1)];
         let wide_ids = headroom.ids(&names, &wide);
         headroom.record(&wide_ids, &[0, 1], &[reply(true, 900), reply(true, 900)]);
-        assert!(headroom.hinted(&wide_ids, &wide).is_some());
+        assert!(headroom.hinted(&wide_ids, &wide));
         let narrow = [op(10, 1), op(1000, 1)];
         let narrow_ids = headroom.ids(&names, &narrow);
-        assert!(headroom.hinted(&narrow_ids, &narrow).is_none());
+        assert!(!headroom.hinted(&narrow_ids, &narrow));
         // Nor for the same limit under another burst or algorithm.
         let mut bucket = wide;
         bucket[0].params.burst = 2000;
-        assert!(
-            headroom
-                .hinted(&headroom.ids(&names, &bucket), &bucket)
-                .is_none()
-        );
+        assert!(!headroom.hinted(&headroom.ids(&names, &bucket), &bucket));
         bucket[0].params.algorithm = Algorithm::TokenBucket;
         bucket[0].params.burst = 1000;
-        assert!(
-            headroom
-                .hinted(&headroom.ids(&names, &bucket), &bucket)
-                .is_none()
-        );
-    }
-
-    /// Finding 1: this process's racers read each other's costs in flight, so
-    /// together they never take a counter below its margin; a reservation given back
-    /// (its acquisition done or dropped) frees its share.
-    #[test]
-    fn acquisitions_in_flight_count_against_the_margin_until_released() {
-        let headroom = Headroom::default();
-        let ops = [op(1_000_000, 1), op(1_000_000, 1)];
-        let ids = headroom.ids(&keys(&["a", "b"]), &ops);
-        // 10 above the margin of 125 000 after the request's cost: 11 racers fit.
-        let replies = [reply(true, 125_010), reply(true, 900_000)];
-        let mut held: Vec<Reservation> = (0..11)
-            .map(|_| headroom.checked(&ids, &ops, &replies).expect("room for 11"))
-            .collect();
-        assert!(headroom.checked(&ids, &ops, &replies).is_none(), "the 12th");
-        headroom.record(&ids, &[0, 1], &[reply(true, 125_011), reply(true, 900_000)]);
-        assert!(headroom.hinted(&ids, &ops).is_none(), "hinted alike");
-        // The refused attempts gave back what they reserved; a finished racer too.
-        held.pop();
-        assert!(headroom.checked(&ids, &ops, &replies).is_some());
-        held.clear();
-        assert!(
-            headroom
-                .in_flight
-                .iter()
-                .all(|c| c.load(Ordering::Relaxed) == 0)
-        );
+        assert!(!headroom.hinted(&headroom.ids(&names, &bucket), &bucket));
     }
 }

@@ -7,8 +7,7 @@
 //! guard covers the groups it has answers for, but these have no answers yet. The task
 //! owns the calls, their keys and operations, and the refunds they may owe; it always
 //! runs to its end (each call is bounded by the request's deadline), records what the
-//! replies say ([`super::headroom`]), gives back the request's reservations, and hands
-//! its caller the replies with a [`RefundGuard`] holding every group that consumed.
+//! replies say ([`super::headroom`]), and hands its caller the replies with a [`RefundGuard`] holding every group that consumed.
 //! The caller disarms the guard if the request is admitted, settles it otherwise; if
 //! the caller is gone, the guard is dropped with the undelivered answer and its
 //! refunds are sent anyway: a request nobody hears admitted consumes nothing.
@@ -19,7 +18,7 @@ use tokio::time::Instant;
 use super::super::refund::RefundGuard;
 use super::super::scripts::{Refund, Reply, WireOp};
 use super::Cluster;
-use super::headroom::{Ids, Reservation};
+use super::headroom::Ids;
 use crate::store::{CounterOp, StoreError};
 
 /// One operation as the task needs it to refund and to remember it.
@@ -37,8 +36,7 @@ struct Planned {
 type Answer = (Vec<Result<Vec<Reply>, StoreError>>, RefundGuard);
 
 impl Cluster {
-    /// Check-and-consume of every group at once, `reserved` held until the replies
-    /// are in. `None` when some group denied: what the others consumed is given back
+    /// Check-and-consume of every group at once. `None` when some group denied: what the others consumed is given back
     /// before this returns (within the deadline), so the request's walk does not meet
     /// its own hits.
     pub(super) async fn all_at_once(
@@ -48,7 +46,6 @@ impl Cluster {
         ids: &[Ids],
         groups: &[Vec<usize>],
         deadline: Instant,
-        reserved: Reservation,
     ) -> Result<Option<Vec<Option<Reply>>>, StoreError> {
         let calls: Vec<_> = groups
             .iter()
@@ -102,9 +99,6 @@ impl Cluster {
                     );
                 }
             }
-            // The counters now show these hits (and the hints say so): the costs are
-            // no longer in flight.
-            drop(reserved);
             // Undelivered (the caller is gone), the answer is dropped here or with the
             // caller's receiver, and the guard's drop sends the refunds.
             let _ = answer.send((results, owed));
