@@ -1,4 +1,4 @@
-//! When a cross-slot request may acquire its slot groups all at once: the margin rule,
+//! When a cross-slot request may acquire its slot groups all at once: the margin rule and
 //! the per-counter hints (what the last replies this process saw said a counter
 //! still admits) that let a request skip its check when its counters are far from
 //! their limits.
