@@ -6,8 +6,14 @@
 //! exactly the admitted counts afterwards; the store stack keeps no over-limit cache
 //! on a cluster, so a denial that a refund undoes is never answered locally. Far from
 //! their limits the groups are acquired all at once (the path is counted by the store
-//! and asserted), and a burst that beats the margin (300 at once on limit 100, racing,
-//! refunding and walking) still admits exactly 100.
+//! and asserted), and a burst that beats the margin (300 at once on limit 100 over
+//! three replicas, racing, refunding and walking) never admits more than 100 and
+//! leaves Redis holding exactly what it admitted (not always exactly 100: see there).
+//! Which counters may race at all is in `margins`; a parallel request dropped by its
+//! caller mid-flight, in `dropped`.
+
+mod dropped;
+mod margins;
 
 use crate::common;
 
@@ -85,7 +91,11 @@ fn admitted(codes: &[i32]) -> usize {
 
 /// The count field of the one key under `prefix` whose entries are `entries`.
 fn count(prefix: &str, entries: &str) -> u64 {
-    let cluster = common::redis::cluster();
+    count_in(common::redis::cluster(), prefix, entries)
+}
+
+/// [`count`] on `cluster`.
+fn count_in(cluster: &common::redis::RedisCluster, prefix: &str, entries: &str) -> u64 {
     let keys = common::redis::scan_keys(&cluster.nodes(), &format!("{prefix}*:{entries}:*"));
     assert_eq!(keys.len(), 1, "one key for {entries}: {keys:?}");
     common::redis::redis_cli_cluster(cluster, &["HGET", &keys[0], "c"])
@@ -332,9 +342,14 @@ async fn far_from_its_limits_a_request_takes_its_groups_at_once_and_near_them_in
 /// A burst that beats the margin: 300 identical 2-slot requests at once over 3
 /// replicas on fresh counters of limit 100, so every check sees 99 left (above the
 /// margin of 64) and the requests race all at once; the losers refund and walk in
-/// order. Exactly 100 are admitted in every round, and Redis holds exactly 100.
+/// order. What holds: never more than 100 admitted, and Redis holds exactly what was
+/// admitted (every loser's hits given back before it answered). What does not,
+/// always: exactly 100. A loser's or a walker's check that meets other losers' hits
+/// before their refunds land is denied for good; on main before this review about one
+/// run in four admitted 97-99 in a round. The floor of 90 is a tripwire for a
+/// regression (reserving in-flight costs per replica once gave 58), not a guarantee.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_that_beats_the_margin_still_admits_exactly_the_limit() {
+async fn a_burst_that_beats_the_margin_never_over_admits_and_leaves_exact_counts() {
     let (stores, prefix) = replicas(3, "cross_slot_burst").await;
     let mut per_round = Vec::new();
     for round in 0..5 {
@@ -357,12 +372,16 @@ async fn a_burst_that_beats_the_margin_still_admits_exactly_the_limit() {
             .count();
         per_round.push(admitted);
         for op in &ops {
-            assert_eq!(count(&prefix, &format!("k={}", op.key.entries[0].1)), 100);
+            let held = count(&prefix, &format!("k={}", op.key.entries[0].1));
+            assert_eq!(held, admitted as u64, "round {round}");
         }
     }
     let seen = paths(&stores);
     eprintln!("limit 100, 300 at once: admitted {per_round:?}, paths {seen:?}");
-    assert!(per_round.iter().all(|&n| n == 100), "{per_round:?}");
+    assert!(
+        per_round.iter().all(|&n| (90..=100).contains(&n)),
+        "{per_round:?}"
+    );
     assert!(
         seen.fell_back > 0,
         "the margin was beaten: some raced, lost and walked ({seen:?})"

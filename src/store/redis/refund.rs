@@ -1,8 +1,8 @@
 //! Refunds on the cluster path: giving back what the slot groups a request already
 //! consumed took, when a later group denied it or failed. [`RefundGuard`] holds the
-//! refunds while a request walks its groups; settled, it sends them from a task of
-//! its own, so neither the request's deadline nor a dropped request future can lose
-//! them.
+//! refunds while a request walks its groups, or while a parallel acquisition's answer
+//! waits for its request; settled or dropped, it sends them from a task of its own,
+//! so neither the request's deadline nor a dropped request future can lose them.
 //!
 //! The bound, stated: a refund is retried (up to [`ATTEMPTS`] calls, each within the
 //! store timeout) only after errors that prove the script did not run (connection
@@ -74,6 +74,13 @@ impl RefundGuard {
                 })
             })
             .collect();
+        if !group.is_empty() {
+            self.owed.push(group);
+        }
+    }
+
+    /// Records a group's refunds made elsewhere (by the parallel acquisition's task).
+    pub fn owe(&mut self, group: Vec<Refund>) {
         if !group.is_empty() {
             self.owed.push(group);
         }

@@ -1,5 +1,5 @@
-//! When a cross-slot request may acquire its slot groups all at once: the margin rule,
-//! and the per-counter hints (what the last replies this process saw said a counter
+//! When a cross-slot request may acquire its slot groups all at once: the margin rule and
+//! the per-counter hints (what the last replies this process saw said a counter
 //! still admits) that let a request skip its check when its counters are far from
 //! their limits.
 //!
@@ -12,13 +12,27 @@
 //! part covers a fast rate on a large limit over the reading's age, at most [`TTL`]:
 //! an eighth of a limit is spent in 50 ms only at a rate of 2.5 limits per second.
 //! A counter within the margin keeps the ordered walk; a margin that is beaten anyway
-//! costs the request a refund and the ordered walk (`cluster/mod.rs`), never a wrong
-//! admission.
+//! costs the request a refund and the ordered walk (`cluster/acquire.rs`), never a
+//! wrong admission.
 //!
-//! Hints live in a direct-mapped table of [`HINTS`] cells (a hash of the key picks the
-//! cell; a newer counter evicts an older one): 4096 x 40 bytes, bounded whatever the
-//! traffic. A cell whose hash differs, or older than [`TTL`], is no hint: the request
-//! asks Redis first (the dry run), as it always did.
+//! No reservation of what this process has in flight: reserving each racer's cost and
+//! counting it against the others' margin (a review's proposal) split a burst into a
+//! few racers and many walkers on the same counters at the same moment, which block
+//! each other as unordered acquisitions do (300 at once over 3 replicas on limit 100
+//! admitted 58 in one round); without it the whole burst races, the losers refund,
+//! and the ordered walk sorts them out (25 of 25 rounds admitted exactly 100).
+//!
+//! A limit whose algorithm denies on a wait (a leaky bucket with `max_delay`) has no
+//! margin at all: `remaining` is room in its queue, not how many more requests its
+//! patience admits, so such an operation always walks.
+//!
+//! Hints are keyed by the counter's key and its limit's parameters (algorithm, limit,
+//! window, burst, max delay): Envoy's per-descriptor override decides one counter
+//! under several limits, and a reload may change a limit without its key; a reading
+//! made under one limit says nothing about another. They live in a direct-mapped
+//! table of [`HINTS`] cells (a hash picks the cell; a newer reading evicts an older
+//! one): bounded whatever the traffic. A cell whose hash differs, or older than
+//! [`TTL`], is no hint: the request asks Redis first (the dry run), as it always did.
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
@@ -37,28 +51,31 @@ pub const TTL: Duration = Duration::from_millis(50);
 /// Cells in the hint table.
 pub const HINTS: usize = 4096;
 
-/// What `op` must still admit after its cost for the groups to be taken in parallel.
-pub fn margin(op: &CounterOp) -> u64 {
+/// What `op` must still admit after its cost for the groups to be taken in parallel;
+/// `None` when no margin can be argued (the limit denies on a wait, not on a count).
+pub fn margin(op: &CounterOp) -> Option<u64> {
+    if op.params.max_delay_ms.is_some() {
+        return None;
+    }
     let capacity = op.params.limit.max(op.params.burst);
-    op.cost
-        .max(1)
-        .saturating_mul(ABSOLUTE)
-        .max(capacity / RELATIVE)
+    Some(
+        op.cost
+            .max(1)
+            .saturating_mul(ABSOLUTE)
+            .max(capacity / RELATIVE),
+    )
 }
 
-/// Whether every vetoing operation's reply (a dry run: remaining after its cost)
-/// leaves at least its margin. Non-vetoing (shadow) operations cannot deny the
-/// request, so they do not count.
-pub fn ample(ops: &[CounterOp], replies: &[Option<Reply>]) -> bool {
-    ops.iter().zip(replies).all(|(op, reply)| {
-        !op.vetoes
-            || reply.is_some_and(|r| r.decision.allowed && r.decision.remaining >= margin(op))
-    })
+/// Where one operation's readings are kept: a hash of its key and its limit's
+/// parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ids {
+    hint: u64,
 }
 
 #[derive(Clone, Copy)]
 struct Hint {
-    key: u64,
+    id: u64,
     remaining: u64,
     at: Instant,
 }
@@ -78,53 +95,89 @@ impl Default for Headroom {
     }
 }
 
+/// Whether every vetoing operation i of `ops` leaves its margin, `room(i)` being what
+/// it leaves after its cost, if known.
+fn leave_margins(ops: &[CounterOp], room: impl Fn(usize) -> Option<u64>) -> bool {
+    ops.iter().enumerate().all(|(i, op)| {
+        !op.vetoes
+            || margin(op)
+                .zip(room(i))
+                .is_some_and(|(margin, room)| room >= margin)
+    })
+}
+
+/// The cell of a hash: HINTS is a power of two far below u64::MAX, so the cast and
+/// mask are exact.
+fn cell_of(hash: u64) -> usize {
+    const { assert!(HINTS.is_power_of_two()) };
+    (hash as usize) & (HINTS - 1)
+}
+
 impl Headroom {
-    /// Whether fresh hints say every vetoing operation leaves its margin after its
-    /// cost: then the check can be skipped.
-    pub fn ample(&self, keys: &[String], ops: &[CounterOp]) -> bool {
-        let now = Instant::now();
-        keys.iter().zip(ops).all(|(key, op)| {
-            if !op.vetoes {
-                return true;
-            }
-            let (cell, hash) = self.cell(key);
-            let hint = *cell.lock().unwrap_or_else(|p| p.into_inner());
-            hint.is_some_and(|h| {
-                h.key == hash
-                    && now.saturating_duration_since(h.at) < TTL
-                    && h.remaining.saturating_sub(op.cost) >= margin(op)
+    /// Where each operation's readings live (`keys` are theirs).
+    pub fn ids(&self, keys: &[String], ops: &[CounterOp]) -> Vec<Ids> {
+        keys.iter()
+            .zip(ops)
+            .map(|(key, op)| {
+                let p = &op.params;
+                let limit = (p.algorithm, p.limit, p.window_ms, p.burst, p.max_delay_ms);
+                Ids {
+                    hint: self.hasher.hash_one((key, limit)),
+                }
             })
+            .collect()
+    }
+
+    /// Fresh hints say every vetoing operation leaves its margin after its cost: the
+    /// check can be skipped.
+    pub fn hinted(&self, ids: &[Ids], ops: &[CounterOp]) -> bool {
+        let now = Instant::now();
+        leave_margins(ops, |i| {
+            let hint = *self.cells[cell_of(ids[i].hint)]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let hint =
+                hint.filter(|h| h.id == ids[i].hint && now.saturating_duration_since(h.at) < TTL)?;
+            Some(hint.remaining.saturating_sub(ops[i].cost))
+        })
+    }
+
+    /// The check (`replies`, dry runs: remaining after each cost) says every vetoing
+    /// operation leaves its margin.
+    pub fn checked(&self, ops: &[CounterOp], replies: &[Option<Reply>]) -> bool {
+        leave_margins(ops, |i| {
+            replies[i]
+                .filter(|r| r.decision.allowed)
+                .map(|r| r.decision.remaining)
         })
     }
 
     /// Remembers what the replies `indices` (of `replies`) say their counters admit:
     /// nothing after a denial.
-    pub fn record(&self, keys: &[String], indices: &[usize], replies: &[Option<Reply>]) {
-        let now = Instant::now();
+    pub fn record(&self, ids: &[Ids], indices: &[usize], replies: &[Option<Reply>]) {
         for &i in indices {
-            let Some(reply) = replies[i] else { continue };
-            let (cell, hash) = self.cell(&keys[i]);
-            let remaining = if reply.decision.allowed {
-                reply.decision.remaining
-            } else {
-                0
-            };
-            *cell.lock().unwrap_or_else(|p| p.into_inner()) = Some(Hint {
-                key: hash,
-                remaining,
-                at: now,
-            });
+            if let Some(reply) = replies[i] {
+                self.remember(ids[i], reply);
+            }
         }
     }
 
-    fn cell(&self, key: &str) -> (&Mutex<Option<Hint>>, u64) {
-        let hash = self.hasher.hash_one(key);
-        // HINTS is a power of two far below u64::MAX: the cast and mask are exact.
-        const { assert!(HINTS.is_power_of_two()) };
-        (&self.cells[(hash as usize) & (HINTS - 1)], hash)
+    /// Remembers what `reply` says the counter of `ids` admits.
+    pub fn remember(&self, ids: Ids, reply: Reply) {
+        let remaining = if reply.decision.allowed {
+            reply.decision.remaining
+        } else {
+            0
+        };
+        *self.cells[cell_of(ids.hint)]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Hint {
+            id: ids.hint,
+            remaining,
+            at: Instant::now(),
+        });
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,43 +220,93 @@ mod tests {
         })
     }
 
+    fn keys(names: &[&str]) -> Vec<String> {
+        names.iter().map(|&n| n.to_owned()).collect()
+    }
+
     #[test]
     fn the_margin_is_the_larger_of_a_burst_of_requests_and_an_eighth_of_the_limit() {
-        assert_eq!(margin(&op(100, 1)), 64);
-        assert_eq!(margin(&op(100, 3)), 192);
-        assert_eq!(margin(&op(1_000_000, 1)), 125_000);
-        assert_eq!(margin(&op(10, 0)), 64);
+        assert_eq!(margin(&op(100, 1)), Some(64));
+        assert_eq!(margin(&op(100, 3)), Some(192));
+        assert_eq!(margin(&op(1_000_000, 1)), Some(125_000));
+        assert_eq!(margin(&op(10, 0)), Some(64));
+    }
+
+    /// Finding 2: a leaky bucket's `remaining` is room in its queue; a request that
+    /// would wait past `max_delay` is denied whatever the room. No reading of it
+    /// shows a margin, so it never races.
+    #[test]
+    fn a_limit_that_denies_on_a_wait_never_shows_a_margin() {
+        let headroom = Headroom::default();
+        let mut shaped = op(1_000_000, 1);
+        shaped.params.algorithm = Algorithm::LeakyBucket;
+        shaped.params.max_delay_ms = Some(10);
+        assert_eq!(margin(&shaped), None);
+        let ops = [shaped, op(1_000_000, 1)];
+        let ids = headroom.ids(&keys(&["a", "b"]), &ops);
+        let roomy = [reply(true, 999_999), reply(true, 999_999)];
+        assert!(!headroom.checked(&ops, &roomy));
+        headroom.record(&ids, &[0, 1], &roomy);
+        assert!(!headroom.hinted(&ids, &ops));
+        // Without the patience limit the same bucket is counted as any other.
+        let mut queue = ops;
+        queue[0].params.max_delay_ms = None;
+        assert!(headroom.checked(&queue, &roomy));
     }
 
     #[test]
     fn replies_within_the_margin_or_denied_are_not_ample_and_shadow_ops_do_not_count() {
+        let headroom = Headroom::default();
         let ops = [op(1000, 1), op(1000, 1)];
-        assert!(ample(&ops, &[reply(true, 125), reply(true, 900)]));
-        assert!(!ample(&ops, &[reply(true, 124), reply(true, 900)]));
-        assert!(!ample(&ops, &[reply(false, 0), reply(true, 900)]));
+        let ample =
+            |replies: &[Option<Reply>; 2], ops: &[CounterOp]| headroom.checked(ops, replies);
+        assert!(ample(&[reply(true, 125), reply(true, 900)], &ops));
+        assert!(!ample(&[reply(true, 124), reply(true, 900)], &ops));
+        assert!(!ample(&[reply(false, 0), reply(true, 900)], &ops));
         let mut shadow = ops;
         shadow[0].vetoes = false;
-        assert!(ample(&shadow, &[reply(false, 0), reply(true, 900)]));
+        assert!(ample(&[reply(false, 0), reply(true, 900)], &shadow));
     }
 
     #[test]
     fn hints_stand_in_for_a_check_only_when_known_fresh_and_ample() {
         let headroom = Headroom::default();
-        let keys = ["a".to_owned(), "b".to_owned()];
         let ops = [op(1000, 1), op(1000, 1)];
-        assert!(!headroom.ample(&keys, &ops), "no hint yet");
-        headroom.record(&keys, &[0, 1], &[reply(true, 900), reply(true, 500)]);
-        assert!(headroom.ample(&keys, &ops));
+        let ids = headroom.ids(&keys(&["a", "b"]), &ops);
+        let ample = || headroom.hinted(&ids, &ops);
+        assert!(!ample(), "no hint yet");
+        headroom.record(&ids, &[0, 1], &[reply(true, 900), reply(true, 500)]);
+        assert!(ample());
         // One counter near its limit (or denied) is enough to ask Redis first.
-        headroom.record(&keys, &[1], &[None, reply(true, 125)]);
-        assert!(!headroom.ample(&keys, &ops), "125 - 1 is within the margin");
-        headroom.record(&keys, &[1], &[None, reply(false, 0)]);
-        assert!(!headroom.ample(&keys, &ops));
-        headroom.record(&keys, &[1], &[None, reply(true, 900)]);
-        assert!(headroom.ample(&keys, &ops));
-        assert!(
-            !headroom.ample(&["c".to_owned(), "b".to_owned()], &ops),
-            "an unknown key"
-        );
+        headroom.record(&ids, &[1], &[None, reply(true, 125)]);
+        assert!(!ample(), "125 - 1 is within the margin");
+        headroom.record(&ids, &[1], &[None, reply(false, 0)]);
+        assert!(!ample());
+        headroom.record(&ids, &[1], &[None, reply(true, 900)]);
+        assert!(ample());
+        let unknown = headroom.ids(&keys(&["c", "b"]), &ops);
+        assert!(!headroom.hinted(&unknown, &ops), "an unknown key");
+    }
+
+    /// Finding 3: Envoy's per-descriptor override decides one counter under another
+    /// limit. A reading made under limit 1000 is no hint for a limit-10 request.
+    #[test]
+    fn a_hint_is_for_the_limit_it_was_read_under() {
+        let headroom = Headroom::default();
+        let names = keys(&["a", "b"]);
+        let wide = [op(1000, 1), op(1000, 1)];
+        let wide_ids = headroom.ids(&names, &wide);
+        headroom.record(&wide_ids, &[0, 1], &[reply(true, 900), reply(true, 900)]);
+        assert!(headroom.hinted(&wide_ids, &wide));
+        let narrow = [op(10, 1), op(1000, 1)];
+        let narrow_ids = headroom.ids(&names, &narrow);
+        assert!(!headroom.hinted(&narrow_ids, &narrow));
+        // Nor for the same limit under another burst or algorithm.
+        let mut bucket = wide;
+        bucket[0].params.burst = 2000;
+        assert!(!headroom.hinted(&headroom.ids(&names, &bucket), &bucket));
+        bucket[0].params.algorithm = Algorithm::TokenBucket;
+        bucket[0].params.burst = 1000;
+        assert!(!headroom.hinted(&headroom.ids(&names, &bucket), &bucket));
     }
 }

@@ -13,6 +13,7 @@
 
 mod acquire;
 mod headroom;
+mod parallel;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,9 +52,10 @@ pub struct Cluster {
     /// Each master's breaker, by slot.
     nodes: Arc<Nodes>,
     /// One queue per slot: concurrent groups in a slot share a call.
-    batchers: SlotBatchers,
-    /// What the last replies said each counter still admits (bounded).
-    headroom: Headroom,
+    batchers: Arc<SlotBatchers>,
+    /// What the last replies said each counter still admits (bounded), and what the
+    /// parallel acquisitions in flight hold.
+    headroom: Arc<Headroom>,
     /// Which way multi-group requests went.
     paths: PathCounters,
 }
@@ -73,12 +75,12 @@ impl Cluster {
             .unwrap_or_default();
         let nodes = Nodes::start(connection.clone(), breaker, metrics).await;
         Self {
-            batchers: SlotBatchers::new(connection.clone(), timeout),
+            batchers: Arc::new(SlotBatchers::new(connection.clone(), timeout)),
             connection,
             timeout,
             abandoned,
             nodes,
-            headroom: Headroom::default(),
+            headroom: Arc::new(Headroom::default()),
             paths: PathCounters::default(),
         }
     }
@@ -141,7 +143,8 @@ impl Cluster {
         Ok(())
     }
 
-    /// [`Cluster::run_group`] by `deadline`, under the breaker of the group's master.
+    /// The call deciding the operations `indices` of `ops` (all in one slot) in the
+    /// slot's shared call, by `deadline`, under the breaker of the group's master.
     async fn bounded(
         &self,
         keys: &[String],
@@ -150,36 +153,40 @@ impl Cluster {
         dry_run: bool,
         deadline: Instant,
     ) -> Result<Vec<Reply>, StoreError> {
-        let Some(&first) = indices.first() else {
-            return Ok(Vec::new());
-        };
-        let slot = slot_of(&keys[first]);
-        let call = self.run_group(slot, keys, ops, indices, dry_run);
-        // All groups of a request share `deadline`: a group left with less than a
-        // fair share because an earlier one waited on a slow master is failed
-        // without charging its own master's breaker (issue: one slow master opened
-        // a healthy one's breaker). A healthy master answers in a few ms even busy;
-        // a quarter of the store's timeout is a trial it should pass.
-        let fair = self.timeout / FAIR_SHARE;
-        self.nodes
-            .call(slot, deadline, fair, self.timeout, call)
-            .await
+        self.group_call(keys, ops, indices, dry_run, deadline).await
     }
 
-    /// The operations `indices` of `ops` (all in `slot`), in the slot's shared call.
-    async fn run_group(
+    /// [`Cluster::bounded`] as a future that owns all it needs, so that it can run on
+    /// after its request is gone (the parallel acquisition's task).
+    fn group_call(
         &self,
-        slot: u16,
         keys: &[String],
         ops: &[CounterOp],
         indices: &[usize],
         dry_run: bool,
-    ) -> Result<Vec<Reply>, StoreError> {
+        deadline: Instant,
+    ) -> impl Future<Output = Result<Vec<Reply>, StoreError>> + Send + 'static {
+        let slot = indices.first().map(|&i| slot_of(&keys[i]));
         let group_keys: Vec<String> = indices.iter().map(|&i| keys[i].clone()).collect();
         let group_ops: Vec<WireOp> = indices.iter().map(|&i| WireOp::new(&ops[i])).collect();
-        self.batchers
-            .decide(slot, group_keys, group_ops, dry_run)
-            .await
+        let (batchers, nodes, timeout) = (
+            Arc::clone(&self.batchers),
+            Arc::clone(&self.nodes),
+            self.timeout,
+        );
+        async move {
+            let Some(slot) = slot else {
+                return Ok(Vec::new());
+            };
+            let call = batchers.decide(slot, group_keys, group_ops, dry_run);
+            // All groups of a request share `deadline`: a group left with less than a
+            // fair share because an earlier one waited on a slow master is failed
+            // without charging its own master's breaker (issue: one slow master opened
+            // a healthy one's breaker). A healthy master answers in a few ms even
+            // busy; a quarter of the store's timeout is a trial it should pass.
+            let fair = timeout / FAIR_SHARE;
+            nodes.call(slot, deadline, fair, timeout, call).await
+        }
     }
 }
 

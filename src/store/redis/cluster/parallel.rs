@@ -1,0 +1,139 @@
+//! Taking every slot group of a request at once (the fast path of
+//! [`super::acquire`]), in a task of its own so that its caller may go away.
+//!
+//! Why a task: the groups' calls are in flight together, and a request future
+//! dropped by its caller (Envoy gave up, the connection closed) would otherwise drop
+//! them with it, leaving whatever they consumed taken by nobody: the walk's refund
+//! guard covers the groups it has answers for, but these have no answers yet. The task
+//! owns the calls, their keys and operations, and the refunds they may owe; it always
+//! runs to its end (each call is bounded by the request's deadline), records what the
+//! replies say ([`super::headroom`]), and hands its caller the replies with a [`RefundGuard`] holding every group that consumed.
+//! The caller disarms the guard if the request is admitted, settles it otherwise; if
+//! the caller is gone, the guard is dropped with the undelivered answer and its
+//! refunds are sent anyway: a request nobody hears admitted consumes nothing.
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::super::refund::RefundGuard;
+use super::super::scripts::{Refund, Reply, WireOp};
+use super::Cluster;
+use super::headroom::Ids;
+use crate::store::{CounterOp, StoreError};
+
+/// One operation as the task needs it to refund and to remember it.
+struct Planned {
+    key: String,
+    op: WireOp,
+    ids: Ids,
+    vetoes: bool,
+    /// Whether an allowed reply means hits were taken (a check-only op takes none).
+    costed: bool,
+}
+
+/// What the task hands back: each group's result, and the refunds of the groups that
+/// consumed.
+type Answer = (Vec<Result<Vec<Reply>, StoreError>>, RefundGuard);
+
+impl Cluster {
+    /// Check-and-consume of every group at once. `None` when some group denied: what the others consumed is given back
+    /// before this returns (within the deadline), so the request's walk does not meet
+    /// its own hits.
+    pub(super) async fn all_at_once(
+        &self,
+        keys: &[String],
+        ops: &[CounterOp],
+        ids: &[Ids],
+        groups: &[Vec<usize>],
+        deadline: Instant,
+    ) -> Result<Option<Vec<Option<Reply>>>, StoreError> {
+        let calls: Vec<_> = groups
+            .iter()
+            .map(|indices| self.group_call(keys, ops, indices, false, deadline))
+            .collect();
+        let plans: Vec<Vec<Planned>> = groups
+            .iter()
+            .map(|indices| {
+                indices
+                    .iter()
+                    .map(|&i| Planned {
+                        key: keys[i].clone(),
+                        op: WireOp::new(&ops[i]),
+                        ids: ids[i],
+                        vetoes: ops[i].vetoes,
+                        costed: ops[i].cost > 0,
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut owed = RefundGuard::new(
+            self.connection.clone(),
+            self.timeout,
+            self.abandoned.clone(),
+        );
+        let headroom = std::sync::Arc::clone(&self.headroom);
+        let (answer, answered) = oneshot::channel::<Answer>();
+        tokio::spawn(async move {
+            let results = futures_util::future::join_all(calls).await;
+            for (plan, result) in plans.into_iter().zip(&results) {
+                let Ok(replies) = result else { continue };
+                for (planned, reply) in plan.iter().zip(replies) {
+                    headroom.remember(planned.ids, *reply);
+                }
+                // A segment that denies consumes nothing of its own.
+                let denied = plan
+                    .iter()
+                    .zip(replies)
+                    .any(|(p, r)| p.vetoes && !r.decision.allowed);
+                if !denied {
+                    owed.owe(
+                        plan.into_iter()
+                            .zip(replies)
+                            .filter(|(p, r)| p.costed && r.decision.allowed)
+                            .map(|(p, r)| Refund {
+                                key: p.key,
+                                op: p.op,
+                                token: r.token,
+                            })
+                            .collect(),
+                    );
+                }
+            }
+            // Undelivered (the caller is gone), the answer is dropped here or with the
+            // caller's receiver, and the guard's drop sends the refunds.
+            let _ = answer.send((results, owed));
+        });
+        let (results, owed) = answered.await.map_err(|_| {
+            StoreError::Unavailable("the parallel acquisition's task stopped".to_owned())
+        })?;
+
+        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
+        let mut failure = None;
+        for (indices, result) in groups.iter().zip(results) {
+            match result {
+                Ok(group) => {
+                    for (&i, reply) in indices.iter().zip(group) {
+                        replies[i] = Some(reply);
+                    }
+                }
+                // May or may not have consumed (a timeout says nothing): as in the walk.
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        let denied = replies
+            .iter()
+            .zip(ops)
+            .any(|(r, op)| op.vetoes && r.is_some_and(|r| !r.decision.allowed));
+        if failure.is_none() && !denied {
+            owed.disarm();
+            return Ok(Some(replies));
+        }
+        owed.settle(deadline).await;
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(None),
+        }
+    }
+}
