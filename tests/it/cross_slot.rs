@@ -17,18 +17,15 @@ mod margins;
 
 use crate::common;
 
-use std::sync::Arc;
-
 use common::server::{TestServer, config, descriptor, request};
 use futures_util::future::join_all;
-use tollgate::algorithm::{Algorithm, Params};
 use tollgate::limiter::LimiterOptions;
 use tollgate::proto::RateLimitRequest;
 use tollgate::proto::rate_limit_response::Code;
 use tollgate::store::breaker::BreakerOptions;
 use tollgate::store::redis::{CrossSlotPaths, RedisStore};
 use tollgate::store::stack;
-use tollgate::store::{CounterKey, CounterOp, Store};
+use tollgate::store::{CounterOp, Store};
 
 const TWO_COUNTERS: &str = "
 domain: xs
@@ -246,42 +243,9 @@ async fn a_refunded_denial_is_not_served_from_a_cache() {
 }
 
 /// `groups` fixed-window operations of limit `limit` (cost 1), each counter in a slot
-/// of its own (the default hash tag is the domain and the entries), named `{round}gN`.
+/// of its own, named `{round}gN`.
 fn spread_ops(round: &str, groups: usize, limit: u64) -> Vec<CounterOp> {
-    let cluster = common::redis::cluster();
-    let mut slots = Vec::new();
-    let mut ops = Vec::new();
-    for i in 0.. {
-        if ops.len() == groups {
-            break;
-        }
-        let value = format!("{round}g{i}");
-        let slot = common::redis::keyslot(cluster, &format!("{{xsp|k={value}}}"));
-        if slots.contains(&slot) {
-            continue;
-        }
-        slots.push(slot);
-        ops.push(CounterOp {
-            key: CounterKey {
-                domain: Arc::from("xsp"),
-                rule: Arc::from("k"),
-                entries: vec![("k".into(), value)],
-                algorithm: Algorithm::FixedWindow,
-                window_secs: 3600,
-                hash_tag: None,
-            },
-            params: Params {
-                algorithm: Algorithm::FixedWindow,
-                limit,
-                window_ms: 3_600_000,
-                burst: limit,
-                max_delay_ms: None,
-            },
-            cost: 1,
-            vetoes: true,
-        });
-    }
-    ops
+    common::stores::ops_in_distinct_slots("xsp", &format!("{round}g"), groups, limit)
 }
 
 /// `n` stores sharing one fresh prefix, as `n` replicas have.

@@ -9,52 +9,16 @@
 
 use crate::common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use tollgate::algorithm::{Algorithm, Params};
-use tollgate::store::{CounterKey, CounterOp, Store};
+use tollgate::store::{CounterOp, Store};
 
 const CALLS: usize = 2000;
 
-/// One op per value, each in a slot of its own (the default tag is domain + entries),
-/// the values starting with `name`.
+/// One op per value, each in a slot of its own, the values starting with `name`.
 fn ops(name: &str, groups: usize) -> Vec<CounterOp> {
-    let cluster = common::redis::cluster();
-    let mut seen = Vec::new();
-    let mut ops = Vec::new();
-    for i in 0.. {
-        if ops.len() == groups {
-            break;
-        }
-        let value = format!("{name}{i}");
-        let slot = common::redis::keyslot(cluster, &format!("{{lat|k={value}}}"));
-        if seen.contains(&slot) {
-            continue;
-        }
-        seen.push(slot);
-        ops.push(CounterOp {
-            key: CounterKey {
-                domain: Arc::from("lat"),
-                rule: Arc::from("k"),
-                entries: vec![("k".into(), value)],
-                algorithm: Algorithm::FixedWindow,
-                window_secs: 3600,
-                hash_tag: None,
-            },
-            params: Params {
-                algorithm: Algorithm::FixedWindow,
-                limit: 1_000_000_000,
-                window_ms: 3_600_000,
-                burst: 1_000_000_000,
-                max_delay_ms: None,
-            },
-            cost: 1,
-            vetoes: true,
-        });
-    }
-    ops
+    common::stores::ops_in_distinct_slots("lat", name, groups, 1_000_000_000)
 }
 
 fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {

@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tollgate::algorithm::{Algorithm, Params};
 use tollgate::store::redis::RedisStore;
 use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
-use tollgate::store::{CounterOp, Store, StoreError, StoreFuture};
+use tollgate::store::{CounterKey, CounterOp, Store, StoreError, StoreFuture};
 
 pub fn standalone_target() -> RedisTarget {
     RedisTarget::Standalone(super::redis::standalone().url())
@@ -59,4 +60,49 @@ impl Store for DownStore {
 
 pub fn down() -> Arc<DownStore> {
     Arc::new(DownStore)
+}
+
+/// `groups` fixed-window operations of limit `limit` (cost 1, vetoing) in domain
+/// `domain`, rule `k`, each counter in a slot of its own on the harness cluster (the
+/// default hash tag is the domain and the entries), the values named `{prefix}N`.
+pub fn ops_in_distinct_slots(
+    domain: &str,
+    prefix: &str,
+    groups: usize,
+    limit: u64,
+) -> Vec<CounterOp> {
+    let cluster = super::redis::cluster();
+    let mut slots = Vec::new();
+    let mut ops = Vec::new();
+    for i in 0.. {
+        if ops.len() == groups {
+            break;
+        }
+        let value = format!("{prefix}{i}");
+        let slot = super::redis::keyslot(cluster, &format!("{{{domain}|k={value}}}"));
+        if slots.contains(&slot) {
+            continue;
+        }
+        slots.push(slot);
+        ops.push(CounterOp {
+            key: CounterKey {
+                domain: Arc::from(domain),
+                rule: Arc::from("k"),
+                entries: vec![("k".into(), value)],
+                algorithm: Algorithm::FixedWindow,
+                window_secs: 3600,
+                hash_tag: None,
+            },
+            params: Params {
+                algorithm: Algorithm::FixedWindow,
+                limit,
+                window_ms: 3_600_000,
+                burst: limit,
+                max_delay_ms: None,
+            },
+            cost: 1,
+            vetoes: true,
+        });
+    }
+    ops
 }
