@@ -195,15 +195,7 @@ impl Cluster {
             if ops.iter().any(|op| op.vetoes) {
                 count(&paths.hinted);
             }
-            let raced = self.all_at_once(keys, ops, &ids, groups, deadline).await?;
-            if let Some(replies) = raced {
-                return Ok(decisions(replies));
-            }
-            count(&paths.fell_back);
-            paths.lost_race();
-            return self
-                .check_then_walk(keys, ops, &ids, groups, deadline)
-                .await;
+            return self.race(keys, ops, &ids, groups, deadline).await;
         }
         let replies = self.check(keys, ops, &ids, groups, deadline).await?;
         if vetoed(ops, &replies) {
@@ -217,14 +209,25 @@ impl Cluster {
                 .await;
         }
         count(&paths.checked);
-        let raced = self.all_at_once(keys, ops, &ids, groups, deadline).await?;
-        if let Some(replies) = raced {
+        self.race(keys, ops, &ids, groups, deadline).await
+    }
+
+    /// Every group at once ([`super::parallel`]); a lost race (some group denied,
+    /// the others refunded) checks again and walks in order.
+    async fn race(
+        &self,
+        keys: &[String],
+        ops: &[CounterOp],
+        ids: &[Ids],
+        groups: &[Vec<usize>],
+        deadline: Instant,
+    ) -> Result<Vec<Decision>, StoreError> {
+        if let Some(replies) = self.all_at_once(keys, ops, ids, groups, deadline).await? {
             return Ok(decisions(replies));
         }
-        count(&paths.fell_back);
-        paths.lost_race();
-        self.check_then_walk(keys, ops, &ids, groups, deadline)
-            .await
+        count(&self.paths.fell_back);
+        self.paths.lost_race();
+        self.check_then_walk(keys, ops, ids, groups, deadline).await
     }
 
     /// The check: a dry run of every group at once (one round trip), remembered as
@@ -303,7 +306,7 @@ impl Cluster {
         );
         let mut denied_at = None;
         for (g, indices) in groups.iter().enumerate() {
-            let group_replies = match self.bounded(keys, ops, indices, false, deadline).await {
+            let group_replies = match self.group_call(keys, ops, indices, false, deadline).await {
                 Ok(r) => r,
                 Err(e) => {
                     // The failed call itself may or may not have consumed (a timeout

@@ -108,7 +108,7 @@ impl Cluster {
         let groups = group_by_slot(keys.iter().map(String::as_str));
         if let [only] = groups.as_slice() {
             // One slot: one atomic call, nothing to order or refund.
-            let replies = self.bounded(keys, ops, only, dry_run, deadline).await?;
+            let replies = self.group_call(keys, ops, only, dry_run, deadline).await?;
             return Ok(replies.into_iter().map(|r| r.decision).collect());
         }
         if dry_run {
@@ -132,7 +132,7 @@ impl Cluster {
         let results = join_all(
             groups
                 .iter()
-                .map(|indices| self.bounded(keys, ops, indices, true, deadline)),
+                .map(|indices| self.group_call(keys, ops, indices, true, deadline)),
         )
         .await;
         for (indices, result) in groups.iter().zip(results) {
@@ -144,20 +144,9 @@ impl Cluster {
     }
 
     /// The call deciding the operations `indices` of `ops` (all in one slot) in the
-    /// slot's shared call, by `deadline`, under the breaker of the group's master.
-    async fn bounded(
-        &self,
-        keys: &[String],
-        ops: &[CounterOp],
-        indices: &[usize],
-        dry_run: bool,
-        deadline: Instant,
-    ) -> Result<Vec<Reply>, StoreError> {
-        self.group_call(keys, ops, indices, dry_run, deadline).await
-    }
-
-    /// [`Cluster::bounded`] as a future that owns all it needs, so that it can run on
-    /// after its request is gone (the parallel acquisition's task).
+    /// slot's shared call, by `deadline`, under the breaker of the group's master; a
+    /// future that owns all it needs, so that it can run on after its request is gone
+    /// (the parallel acquisition's task).
     fn group_call(
         &self,
         keys: &[String],

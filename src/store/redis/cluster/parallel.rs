@@ -36,9 +36,9 @@ struct Planned {
 type Answer = (Vec<Result<Vec<Reply>, StoreError>>, RefundGuard);
 
 impl Cluster {
-    /// Check-and-consume of every group at once. `None` when some group denied: what the others consumed is given back
-    /// before this returns (within the deadline), so the request's walk does not meet
-    /// its own hits.
+    /// Check-and-consume of every group at once. `None` when some group denied: what
+    /// the others consumed is given back before this returns (within the deadline), so
+    /// the request's walk does not meet its own hits.
     pub(super) async fn all_at_once(
         &self,
         keys: &[String],
