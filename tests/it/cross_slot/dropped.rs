@@ -1,4 +1,4 @@
-//! Review finding 4, on a private cluster: a request whose caller stops waiting while
+//! On a private cluster: a request whose caller stops waiting while
 //! its groups are being acquired all at once consumes nothing. One master is paused
 //! for writes (`CLIENT PAUSE .. WRITE`, scripts included), so the request's group
 //! there hangs while its group on another master consumes; the caller drops the

@@ -10,7 +10,7 @@ use tollgate::algorithm::Algorithm;
 use tollgate::store::Store;
 use tollgate::store::redis::CrossSlotPaths;
 
-/// Review finding 2: the queue's room (`remaining`) is huge, but a request that
+/// The queue's room (`remaining`) is huge, but a request that
 /// would wait longer than `max_delay` is denied, so no margin on room protects it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shaping_limit_never_races_however_much_room_its_queue_shows() {
@@ -33,7 +33,7 @@ async fn a_shaping_limit_never_races_however_much_room_its_queue_shows() {
     assert_eq!(count(&prefix, &format!("k={}", ops[1].key.entries[0].1)), 4);
 }
 
-/// Review finding 3: the same counter key decided under limit 1 000 000 and then
+/// The same counter key decided under limit 1 000 000 and then
 /// under an override of 10. The first requests leave fresh hints far above the
 /// margin; the override request must not take them for its own limit, and walks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
