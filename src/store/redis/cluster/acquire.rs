@@ -124,6 +124,18 @@ fn count(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// One multi-group request on its way through the paths below: its keys and
+/// operations, their hint ids ([`super::headroom`]), its slot groups in ascending slot
+/// order, and the deadline every call of it shares.
+#[derive(Clone, Copy)]
+pub(super) struct Request<'a> {
+    pub keys: &'a [String],
+    pub ops: &'a [CounterOp],
+    pub ids: &'a [Ids],
+    pub groups: &'a [Vec<usize>],
+    pub deadline: Instant,
+}
+
 /// Whether any vetoing operation of `replies` was denied.
 fn vetoed(ops: &[CounterOp], replies: &[Option<Reply>]) -> bool {
     replies
@@ -175,8 +187,14 @@ impl Cluster {
         tokio::time::sleep_until(pause).await;
         count(&self.paths.second_looks);
         let ids = self.headroom.ids(keys, ops);
-        self.check_then_walk(keys, ops, &ids, groups, deadline)
-            .await
+        self.check_then_walk(Request {
+            keys,
+            ops,
+            ids: &ids,
+            groups,
+            deadline,
+        })
+        .await
     }
 
     async fn acquire_once(
@@ -188,6 +206,13 @@ impl Cluster {
     ) -> Result<Vec<Decision>, StoreError> {
         let paths = &self.paths;
         let ids = self.headroom.ids(keys, ops);
+        let req = Request {
+            keys,
+            ops,
+            ids: &ids,
+            groups,
+            deadline,
+        };
         if self.headroom.hinted(&ids, ops) {
             // The hints are a guess: a group that denies is refunded and the request
             // walks, so a stale hint costs time, never an admission. A request of
@@ -195,39 +220,30 @@ impl Cluster {
             if ops.iter().any(|op| op.vetoes) {
                 count(&paths.hinted);
             }
-            return self.race(keys, ops, &ids, groups, deadline).await;
+            return self.race(req).await;
         }
-        let replies = self.check(keys, ops, &ids, groups, deadline).await?;
+        let replies = self.check(req).await?;
         if vetoed(ops, &replies) {
             count(&paths.denied);
             return Ok(decisions(replies));
         }
         if !self.headroom.checked(ops, &replies) {
             count(&paths.ordered);
-            return self
-                .walk_in_order(keys, ops, &ids, groups, deadline, replies)
-                .await;
+            return self.walk_in_order(req, replies).await;
         }
         count(&paths.checked);
-        self.race(keys, ops, &ids, groups, deadline).await
+        self.race(req).await
     }
 
     /// Every group at once ([`super::parallel`]); a lost race (some group denied,
     /// the others refunded) checks again and walks in order.
-    async fn race(
-        &self,
-        keys: &[String],
-        ops: &[CounterOp],
-        ids: &[Ids],
-        groups: &[Vec<usize>],
-        deadline: Instant,
-    ) -> Result<Vec<Decision>, StoreError> {
-        if let Some(replies) = self.all_at_once(keys, ops, ids, groups, deadline).await? {
+    async fn race(&self, req: Request<'_>) -> Result<Vec<Decision>, StoreError> {
+        if let Some(replies) = self.all_at_once(req).await? {
             return Ok(decisions(replies));
         }
         count(&self.paths.fell_back);
         self.paths.lost_race();
-        self.check_then_walk(keys, ops, ids, groups, deadline).await
+        self.check_then_walk(req).await
     }
 
     /// The check: a dry run of every group at once (one round trip), remembered as
@@ -237,14 +253,14 @@ impl Cluster {
     /// round trip and gave it back, and {x} requests meeting those hits were denied (a
     /// limit of 5 admitted 4 of 60). The acquisition still decides: the check is an
     /// optimisation of the common case, never a commitment.
-    async fn check(
-        &self,
-        keys: &[String],
-        ops: &[CounterOp],
-        ids: &[Ids],
-        groups: &[Vec<usize>],
-        deadline: Instant,
-    ) -> Result<Vec<Option<Reply>>, StoreError> {
+    async fn check(&self, req: Request<'_>) -> Result<Vec<Option<Reply>>, StoreError> {
+        let Request {
+            keys,
+            ops,
+            ids,
+            groups,
+            deadline,
+        } = req;
         let mut replies = vec![None; ops.len()];
         self.dry_run_groups(keys, ops, groups, deadline, &mut replies)
             .await?;
@@ -255,20 +271,12 @@ impl Cluster {
     }
 
     /// The path the request takes after its margin was beaten: today's, check and walk.
-    async fn check_then_walk(
-        &self,
-        keys: &[String],
-        ops: &[CounterOp],
-        ids: &[Ids],
-        groups: &[Vec<usize>],
-        deadline: Instant,
-    ) -> Result<Vec<Decision>, StoreError> {
-        let replies = self.check(keys, ops, ids, groups, deadline).await?;
-        if vetoed(ops, &replies) {
+    async fn check_then_walk(&self, req: Request<'_>) -> Result<Vec<Decision>, StoreError> {
+        let replies = self.check(req).await?;
+        if vetoed(req.ops, &replies) {
             return Ok(decisions(replies));
         }
-        self.walk_in_order(keys, ops, ids, groups, deadline, replies)
-            .await
+        self.walk_in_order(req, replies).await
     }
 
     /// Acquires the slot groups in ascending slot order, each check-and-consume in one
@@ -290,13 +298,16 @@ impl Cluster {
     /// `replies` holds what the check found, reported for the groups after a denial.
     async fn walk_in_order(
         &self,
-        keys: &[String],
-        ops: &[CounterOp],
-        ids: &[Ids],
-        groups: &[Vec<usize>],
-        deadline: Instant,
+        req: Request<'_>,
         mut replies: Vec<Option<Reply>>,
     ) -> Result<Vec<Decision>, StoreError> {
+        let Request {
+            keys,
+            ops,
+            ids,
+            groups,
+            deadline,
+        } = req;
         // Built only on this (multi-group) path; if this future is dropped mid-walk,
         // the guard still sends the refunds from a task of its own.
         let mut guard = RefundGuard::new(

@@ -7,19 +7,19 @@
 //! guard covers the groups it has answers for, but these have no answers yet. The task
 //! owns the calls, their keys and operations, and the refunds they may owe; it always
 //! runs to its end (each call is bounded by the request's deadline), records what the
-//! replies say ([`super::headroom`]), and hands its caller the replies with a [`RefundGuard`] holding every group that consumed.
-//! The caller disarms the guard if the request is admitted, settles it otherwise; if
+//! replies say ([`super::headroom`]), and hands its caller the replies with a
+//! [`RefundGuard`] holding every group that consumed. The caller disarms the guard if the request is admitted, settles it otherwise; if
 //! the caller is gone, the guard is dropped with the undelivered answer and its
 //! refunds are sent anyway: a request nobody hears admitted consumes nothing.
 
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
 use super::super::refund::RefundGuard;
 use super::super::scripts::{Refund, Reply, WireOp};
 use super::Cluster;
+use super::acquire::Request;
 use super::headroom::Ids;
-use crate::store::{CounterOp, StoreError};
+use crate::store::StoreError;
 
 /// One operation as the task needs it to refund and to remember it.
 struct Planned {
@@ -41,12 +41,15 @@ impl Cluster {
     /// the request's walk does not meet its own hits.
     pub(super) async fn all_at_once(
         &self,
-        keys: &[String],
-        ops: &[CounterOp],
-        ids: &[Ids],
-        groups: &[Vec<usize>],
-        deadline: Instant,
+        req: Request<'_>,
     ) -> Result<Option<Vec<Option<Reply>>>, StoreError> {
+        let Request {
+            keys,
+            ops,
+            ids,
+            groups,
+            deadline,
+        } = req;
         let calls: Vec<_> = groups
             .iter()
             .map(|indices| self.group_call(keys, ops, indices, false, deadline))
