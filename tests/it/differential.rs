@@ -186,11 +186,11 @@ async fn run(algorithm: Algorithm, seed: u64) {
                 .map(|((keys, ops), &dry_run)| Segment { keys, ops, dry_run })
                 .collect();
             let n = expected.len();
-            let values: Vec<i64> = scripts::batch_cmd(&segments, Some(now))
+            let reply: Vec<u8> = scripts::batch_cmd(&segments, Some(now))
                 .query_async(&mut conn)
                 .await
                 .expect("batch script runs");
-            let got: Vec<Decision> = scripts::parse_batch_reply(&values, n)
+            let got: Vec<Decision> = scripts::parse_batch_reply(&reply, n)
                 .expect("well-formed reply")
                 .into_iter()
                 .map(|r| r.decision)

@@ -68,11 +68,11 @@ async fn a_hot_counter_is_read_and_written_once_per_call() {
         .collect();
     let mut windows = Vec::new();
     for call in 1..=2u64 {
-        let values: Vec<i64> = scripts::batch_cmd(&segments, None)
+        let reply: Vec<u8> = scripts::batch_cmd(&segments, None)
             .query_async(&mut conn)
             .await
             .expect("batch script runs");
-        let replies = scripts::parse_batch_reply(&values, 13).expect("well-formed reply");
+        let replies = scripts::parse_batch_reply(&reply, 13).expect("well-formed reply");
         let remaining: Vec<u64> = replies.iter().map(|r| r.decision.remaining).collect();
         let expected: Vec<u64> = (0..13).map(|i| 1000 - 13 * (call - 1) - i - 1).collect();
         assert_eq!(
@@ -144,7 +144,7 @@ async fn a_malformed_run_fails_the_whole_call() {
         }
         bad.arg(runs);
         let err = bad
-            .query_async::<Vec<i64>>(&mut conn)
+            .query_async::<Vec<u8>>(&mut conn)
             .await
             .expect_err("a malformed run is refused");
         assert!(err.to_string().contains("malformed runs"), "{err}");
@@ -204,7 +204,7 @@ async fn a_malformed_operation_fails_the_whole_call() {
         }
         assert_eq!(ops_seen, 2);
         let err = bad
-            .query_async::<Vec<i64>>(&mut conn)
+            .query_async::<Vec<u8>>(&mut conn)
             .await
             .expect_err("a malformed call is refused");
         assert!(err.to_string().contains("malformed operation 2"), "{err}");
@@ -214,5 +214,39 @@ async fn a_malformed_operation_fails_the_whole_call() {
             .await
             .expect("EXISTS");
         assert_eq!(exists, 0, "the valid first request wrote nothing");
+    }
+}
+
+/// A call whose reply outgrows one packing chunk of the script (200 numbers): 70
+/// requests of 3 counters each reply with 4 numbers per operation (840 in all), every
+/// one in its place.
+#[tokio::test]
+async fn a_long_reply_arrives_whole_and_in_order() {
+    let redis = common::redis::standalone();
+    let mut conn = loaded_connection(redis).await;
+    let prefix = common::redis::unique_prefix("script_work_long");
+    let limits = [100u64, 200, 300];
+    let wire: Vec<WireOp> = limits
+        .iter()
+        .map(|&limit| WireOp::new(&fixed_window_op(limit)))
+        .collect();
+    let keys: Vec<String> = limits.iter().map(|l| format!("{prefix}{l}")).collect();
+    let segments: Vec<Segment<'_, String>> = (0..70)
+        .map(|_| Segment {
+            keys: &keys,
+            ops: &wire,
+            dry_run: false,
+        })
+        .collect();
+    let reply: Vec<u8> = scripts::batch_cmd(&segments, None)
+        .query_async(&mut conn)
+        .await
+        .expect("batch script runs");
+    assert_eq!(reply.len(), 840 * 8, "full forms: 4 doubles per operation");
+    let replies = scripts::parse_batch_reply(&reply, 210).expect("well-formed reply");
+    for (i, request) in replies.chunks(3).enumerate() {
+        let remaining: Vec<u64> = request.iter().map(|r| r.decision.remaining).collect();
+        let expected: Vec<u64> = limits.iter().map(|l| l - i as u64 - 1).collect();
+        assert_eq!(remaining, expected, "request {i}");
     }
 }

@@ -270,13 +270,13 @@ async fn call<C: ConnectionLike>(
         .collect();
     let cmd = scripts::batch_cmd(&segments, None);
     let total: usize = batch.iter().map(|job| job.ops.len()).sum();
-    let values: Vec<i64> = scripts::evalsha(connection, &cmd, &scripts::BATCH)
+    let reply: Vec<u8> = scripts::evalsha(connection, &cmd, &scripts::BATCH)
         .await
         .map_err(|e| CallError {
             error: StoreError::Unavailable(describe(&e)),
             lost: recover::connection_lost(&e),
         })?;
-    scripts::parse_batch_reply(&values, total).map_err(|e| CallError {
+    scripts::parse_batch_reply(&reply, total).map_err(|e| CallError {
         error: StoreError::Unavailable(e),
         lost: false,
     })
