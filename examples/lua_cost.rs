@@ -12,7 +12,10 @@
 //! divided by N: microseconds of script time per decision.
 //!
 //! Two key layouts: `hot` (every operation of every call on one counter: one
-//! descriptor under load) and `spread` (N counters, each hit once per call).
+//! descriptor under load) and `spread` (N counters, each hit once per call). With
+//! `--descriptors D` each request has D operations, on D counters (hot: the same D in
+//! every request, as the bench's D-descriptor body; spread: D of its own), and the
+//! time per decision divides by N x D.
 //! Limits are high enough that every operation is admitted (the write path), except
 //! the sliding log's, whose state is the list of its hits: it is measured at 100 per
 //! minute, so its log stays small and most operations are denied once it is full.
@@ -22,7 +25,7 @@
 //!
 //! ```text
 //! cargo run --release --example lua_cost -- [--calls 2000] [--sizes 1,13,64]
-//!     [--algorithms fixed_window,gcra] [--redis-server redis-server]
+//!     [--descriptors 1] [--algorithms fixed_window,gcra] [--redis-server redis-server]
 //! ```
 
 use std::net::TcpListener;
@@ -37,6 +40,8 @@ use tollgate::store::{CounterKey, CounterOp};
 struct Options {
     calls: usize,
     sizes: Vec<usize>,
+    /// Operations per request, each on its own counter.
+    descriptors: usize,
     redis_server: String,
     /// Only these algorithms (all when empty).
     algorithms: Vec<Algorithm>,
@@ -46,6 +51,7 @@ fn options() -> Result<Options, String> {
     let mut o = Options {
         calls: 2000,
         sizes: vec![1, 13, 64],
+        descriptors: 1,
         redis_server: "redis-server".into(),
         algorithms: vec![],
     };
@@ -59,6 +65,11 @@ fn options() -> Result<Options, String> {
                     .split(',')
                     .map(|s| s.trim().parse().map_err(|e| format!("--sizes: {e}")))
                     .collect::<Result<_, _>>()?
+            }
+            "--descriptors" => {
+                o.descriptors = value.parse().ok().filter(|&d| d > 0).ok_or(format!(
+                    "--descriptors: {value} is not a count of one or more"
+                ))?
             }
             "--redis-server" => o.redis_server = value,
             "--algorithms" => {
@@ -155,19 +166,20 @@ fn evalsha_stats(con: &mut redis::Connection) -> redis::RedisResult<(u64, u64)> 
 fn measure(
     con: &mut redis::Connection,
     algorithm: Algorithm,
-    n: usize,
+    (n, d): (usize, usize),
     hot: bool,
     calls: usize,
 ) -> redis::RedisResult<f64> {
     let _: () = redis::cmd("FLUSHALL").query(con)?;
-    let wire = [WireOp::new(&op(algorithm))];
-    let keys: Vec<[String; 1]> = (0..n)
+    let wire = vec![WireOp::new(&op(algorithm)); d];
+    let keys: Vec<Vec<String>> = (0..n)
         .map(|i| {
-            [format!(
-                "lua_cost:{}:{}",
-                algorithm.name(),
-                if hot { 0 } else { i }
-            )]
+            (0..d)
+                .map(|j| {
+                    let request = if hot { 0 } else { i };
+                    format!("lua_cost:{}:{request}:{j}", algorithm.name())
+                })
+                .collect()
         })
         .collect();
     let segments: Vec<Segment<'_, String>> = keys
@@ -185,8 +197,8 @@ fn measure(
     for _ in 0..ROUNDS {
         let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con)?;
         for _ in 0..calls.div_ceil(ROUNDS) {
-            let values: Vec<i64> = cmd.query(con)?;
-            if let Err(e) = scripts::parse_batch_reply(&values, n) {
+            let reply: Vec<u8> = cmd.query(con)?;
+            if let Err(e) = scripts::parse_batch_reply(&reply, n * d) {
                 return Err(redis::RedisError::from((
                     redis::ErrorKind::Client,
                     "malformed reply",
@@ -233,12 +245,13 @@ fn main() {
                 if !hot && n == 1 {
                     continue;
                 }
-                match measure(&mut con, algorithm, n, hot, o.calls) {
+                let d = o.descriptors;
+                match measure(&mut con, algorithm, (n, d), hot, o.calls) {
                     Ok(per_call) => println!(
                         "| {} | {} | {n} | {per_call:.1} | {:.2} |",
                         algorithm.name(),
                         if hot { "hot" } else { "spread" },
-                        per_call / n as f64
+                        per_call / (n * d) as f64
                     ),
                     Err(e) => {
                         eprintln!("lua_cost: {}: {e}", algorithm.name());
