@@ -5,6 +5,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use compact_str::CompactString;
+
 use crate::config::matcher;
 use crate::config::{Domain, Limit, Rule, RuleKind, Unit};
 use crate::error::Error;
@@ -222,11 +224,11 @@ pub fn counter_key(
             // All values of a share_threshold wildcard count against one counter; the
             // rule path (which contains the pattern) keeps it apart from other nodes.
             let value = if i < matcher::MAX_SHARED_ENTRIES && shared & (1 << i) != 0 {
-                "*"
+                CompactString::const_new("*")
             } else {
-                e.value.as_str()
+                CompactString::new(&e.value)
             };
-            (e.key.clone(), value.to_owned())
+            (CompactString::new(&e.key), value)
         })
         .collect();
     CounterKey {
