@@ -103,14 +103,14 @@ fn a_memory_store_request_allocates_what_this_file_says() {
     }
     eprintln!("allocations per request (descriptors, allocations): {seen:?}");
     // (descriptors, the most allocations a request may make), measured: 10.0, 10.0 and
-    // 12.1 (moka's housekeeping adds a fraction now and then). Per descriptor, none: a
+    // 10.1 (moka's housekeeping adds a fraction now and then). Per descriptor, none: a
     // counter key of short entries holds them inline (`store::Entries`; each entry
-    // cost a Vec and two Strings before). Per request about 10: the plan's and the
-    // operations' Vecs, the store's read, tentative and decision Vecs, the boxed store
-    // futures (metered, memory) and the answer's statuses; at 10 descriptors the
-    // operations' Vec grows twice more. A counter already in the cache is updated in
-    // place, not inserted (an insert cost about 10 more per descriptor).
-    let bounds = [(1, 11.0), (3, 11.0), (10, 13.0)];
+    // cost a Vec and two Strings before). Per request 10: the plan's and the
+    // operations' Vecs (each sized once), the store's read, tentative and decision
+    // Vecs, the boxed store futures (metered, memory) and the answer's statuses. A
+    // counter already in the cache is updated in place, not inserted (an insert cost
+    // about 10 more per descriptor).
+    let bounds = [(1, 11.0), (3, 11.0), (10, 11.0)];
     for ((descriptors, n), (_, bound)) in seen.iter().zip(bounds) {
         assert!(
             *n <= bound,
