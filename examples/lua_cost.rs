@@ -134,7 +134,7 @@ fn op(algorithm: Algorithm) -> CounterOp {
         key: CounterKey {
             domain: Arc::from("lua_cost"),
             rule: Arc::from("r"),
-            entries: vec![],
+            entries: Default::default(),
             algorithm,
             window_secs: 60,
             hash_tag: None,

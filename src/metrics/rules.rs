@@ -8,6 +8,7 @@
 
 use std::sync::{Arc, PoisonError, RwLock};
 
+use compact_str::CompactString;
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -41,7 +42,7 @@ pub struct RuleLabels<'a> {
     /// The rule's config path.
     pub rule: &'a Arc<str>,
     /// The descriptor's entries as counted (a `share_threshold` wildcard as `*`).
-    pub entries: &'a [(String, String)],
+    pub entries: &'a [(CompactString, CompactString)],
     /// `detailed_metric: true` (or Envoy's override): the entries become the
     /// `descriptor` label.
     pub detailed: bool,

@@ -70,12 +70,10 @@ impl<S: Store> OverLimitCache<S> {
         let denied = Cache::builder()
             .max_capacity(max_bytes.max(1))
             .weigher(|k: &Key, _: &DeniedUntil| {
-                let text: usize =
-                    k.0.entries
-                        .iter()
-                        .map(|(a, b)| a.len() + b.len() + 48)
-                        .sum();
-                u32::try_from(160 + text + k.0.rule.len()).unwrap_or(u32::MAX)
+                // The key itself (a typical one's entries inline), about 56 bytes of
+                // moka's node, and what longer entries spill to the heap.
+                let bytes = std::mem::size_of::<Key>() + 56 + k.0.entries_heap_bytes();
+                u32::try_from(bytes + k.0.rule.len()).unwrap_or(u32::MAX)
             })
             .expire_after(UntilExpiry)
             .build_with_hasher(FastState::default());

@@ -111,17 +111,14 @@ impl Expiry<CounterKey, Slot> for UntilExpired {
     }
 }
 
-/// The estimated bytes one counter holds: the key's strings, the state's heap (a
-/// sliding log's timestamps), the fixed parts and [`ENTRY_OVERHEAD`].
+/// The estimated bytes one counter holds: the fixed parts (a typical key's entries
+/// among them, inline), what longer entries spill to the heap, the state's heap (a
+/// sliding log's timestamps) and [`ENTRY_OVERHEAD`].
 fn weigh(key: &CounterKey, slot: &Slot) -> u32 {
-    let strings: usize = key
-        .entries
-        .iter()
-        .map(|(k, v)| k.len() + v.len() + 2 * 16)
-        .sum();
+    let spilled = key.entries_heap_bytes();
     let state = state_bytes(&read(slot).state);
     let fixed = std::mem::size_of::<CounterKey>() + std::mem::size_of::<Entry>();
-    u32::try_from(ENTRY_OVERHEAD + fixed + strings + state).unwrap_or(u32::MAX)
+    u32::try_from(ENTRY_OVERHEAD + fixed + spilled + state).unwrap_or(u32::MAX)
 }
 
 /// A state's own heap bytes (a sliding log's timestamps).

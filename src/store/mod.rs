@@ -15,8 +15,17 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use compact_str::CompactString;
+use smallvec::SmallVec;
+
 use crate::algorithm::{Algorithm, Decision, Params};
 use crate::metrics::BackendErrorKind;
+
+/// A counter key's descriptor entries, `(key, value)`. A key is built per limit per
+/// descriptor per request, so a typical one must own no heap memory: each string holds
+/// up to 24 bytes inline (`remote_address`, `203.0.113.42`, `acme-corp`), and two
+/// entries sit inline. Longer strings and more entries spill to the heap, as they all did.
+pub type Entries = SmallVec<[(CompactString, CompactString); 2]>;
 
 /// Names one counter: the domain, the rule (its config path), the request's descriptor
 /// entries that reached it, the algorithm and the window length. Two requests share a
@@ -25,12 +34,37 @@ use crate::metrics::BackendErrorKind;
 pub struct CounterKey {
     pub domain: Arc<str>,
     pub rule: Arc<str>,
-    pub entries: Vec<(String, String)>,
+    pub entries: Entries,
     pub algorithm: Algorithm,
     pub window_secs: u64,
     /// `hash_tag`: the entry keys that form the Redis Cluster hash tag (`None`: all).
     /// It decides where the counter lives, never which requests share it.
     pub hash_tag: Option<Arc<[Arc<str>]>>,
+}
+
+impl CounterKey {
+    /// The heap bytes the entries own beyond the key's own size: none for a typical
+    /// key (see [`Entries`]), else the strings and the array that spilled.
+    pub fn entries_heap_bytes(&self) -> usize {
+        fn spilled(s: &CompactString) -> usize {
+            if s.is_heap_allocated() {
+                s.capacity()
+            } else {
+                0
+            }
+        }
+        let strings: usize = self
+            .entries
+            .iter()
+            .map(|(k, v)| spilled(k) + spilled(v))
+            .sum();
+        let array = if self.entries.spilled() {
+            self.entries.capacity() * std::mem::size_of::<(CompactString, CompactString)>()
+        } else {
+            0
+        };
+        strings + array
+    }
 }
 
 /// One operation of a request on one counter.

@@ -60,7 +60,7 @@ fn counter(algorithm: Algorithm, name: String, p: &Params) -> CounterKey {
     CounterKey {
         domain: Arc::from("differential"),
         rule: Arc::from(name.as_str()),
-        entries: vec![],
+        entries: Default::default(),
         algorithm,
         window_secs: p.window_ms / 1000,
         hash_tag: None,

@@ -30,10 +30,12 @@ fn op(tenant: &str, address: &str, cost: u64) -> CounterOp {
         key: CounterKey {
             domain: Arc::from("api"),
             rule: Arc::from("tenant_id.remote_address"),
-            entries: vec![
-                ("tenant_id".to_owned(), tenant.to_owned()),
-                ("remote_address".to_owned(), address.to_owned()),
-            ],
+            entries: [
+                ("tenant_id".into(), tenant.into()),
+                ("remote_address".into(), address.into()),
+            ]
+            .into_iter()
+            .collect(),
             algorithm: Algorithm::FixedWindow,
             window_secs: WINDOW_SECS,
             hash_tag: None,

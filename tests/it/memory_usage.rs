@@ -26,10 +26,12 @@ const FILL_BATCH: u64 = 50;
 /// A counter as the limiter builds it for `tenant_id=acme-corp, remote_address=...`
 /// in domain `api`: the shape (and length) of a real key.
 fn op(algorithm: Algorithm, limit: u64, cost: u64) -> CounterOp {
-    let entries = vec![
-        ("tenant_id".to_owned(), "acme-corp".to_owned()),
-        ("remote_address".to_owned(), "203.0.113.42".to_owned()),
-    ];
+    let entries = [
+        ("tenant_id".into(), "acme-corp".into()),
+        ("remote_address".into(), "203.0.113.42".into()),
+    ]
+    .into_iter()
+    .collect();
     CounterOp {
         key: CounterKey {
             domain: Arc::from("api"),

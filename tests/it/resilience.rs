@@ -154,7 +154,7 @@ fn op(name: &str, limit: u64, cost: u64, algorithm: Algorithm) -> CounterOp {
         key: CounterKey {
             domain: Arc::from("resilience"),
             rule: Arc::from(name),
-            entries: vec![],
+            entries: Default::default(),
             algorithm,
             window_secs: 3600,
             hash_tag: None,

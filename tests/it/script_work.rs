@@ -40,7 +40,7 @@ fn fixed_window_op(limit: u64) -> CounterOp {
         key: CounterKey {
             domain: Arc::from("script_work"),
             rule: Arc::from("r"),
-            entries: vec![],
+            entries: Default::default(),
             algorithm: Algorithm::FixedWindow,
             window_secs: 86_400,
             hash_tag: None,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tollgate::algorithm::{Algorithm, Params};
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::RedisStore;
-use tollgate::store::{CounterKey, CounterOp, Store};
+use tollgate::store::{CounterKey, CounterOp, Entries, Store};
 
 /// A year-long window: no scenario straddles a boundary by accident.
 const WINDOW: u64 = 365 * 86_400;
@@ -25,10 +25,7 @@ thread_local! {
 
 fn op(entries: &[(&str, &str)], limit: u64, cost: u64) -> CounterOp {
     let algorithm = ALGORITHM.with(|a| a.get());
-    let mut entries: Vec<(String, String)> = entries
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let mut entries: Entries = entries.iter().map(|&(k, v)| (k.into(), v.into())).collect();
     entries.push(("algorithm".into(), algorithm.name().into()));
     CounterOp {
         key: CounterKey {

@@ -118,7 +118,10 @@ mod tests {
         CounterKey {
             domain: Arc::from("dom"),
             rule: Arc::from("tenant_id.user"),
-            entries,
+            entries: entries
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
             algorithm: Algorithm::FixedWindow,
             window_secs: 60,
             hash_tag: hash_tag.map(|keys| keys.into_iter().map(Arc::from).collect()),

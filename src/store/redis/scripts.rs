@@ -228,7 +228,7 @@ mod tests {
             key: CounterKey {
                 domain: Arc::from("d"),
                 rule: Arc::from("k"),
-                entries: vec![("k".into(), "v".into())],
+                entries: [("k".into(), "v".into())].into_iter().collect(),
                 algorithm: limit.algorithm,
                 window_secs: limit.window_secs(),
                 hash_tag: None,

@@ -88,7 +88,7 @@ pub fn ops_in_distinct_slots(
             key: CounterKey {
                 domain: Arc::from(domain),
                 rule: Arc::from("k"),
-                entries: vec![("k".into(), value)],
+                entries: [("k".into(), value.into())].into_iter().collect(),
                 algorithm: Algorithm::FixedWindow,
                 window_secs: 3600,
                 hash_tag: None,

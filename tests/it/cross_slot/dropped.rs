@@ -100,7 +100,10 @@ async fn a_request_dropped_mid_flight_on_the_parallel_path_consumes_nothing() {
         }
         // Each master ran the request's group and then its refund; the counters hold
         // the two warm-up admissions only.
-        let values: Vec<String> = ops.iter().map(|op| op.key.entries[0].1.clone()).collect();
+        let values: Vec<String> = ops
+            .iter()
+            .map(|op| op.key.entries[0].1.to_string())
+            .collect();
         let settled = || {
             evalsha_calls(first) >= calls.0 + 2
                 && evalsha_calls(second) >= calls.1 + 2

@@ -190,7 +190,7 @@ mod tests {
             key: CounterKey {
                 domain: Arc::from("d"),
                 rule: Arc::from("r"),
-                entries: vec![("k".into(), "v".into())],
+                entries: [("k".into(), "v".into())].into_iter().collect(),
                 algorithm: Algorithm::FixedWindow,
                 window_secs: 60,
                 hash_tag: None,
