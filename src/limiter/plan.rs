@@ -3,7 +3,7 @@
 //! applied across the request, and the batch of counter operations for the store.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use compact_str::CompactString;
 
@@ -16,6 +16,10 @@ use crate::store::{CounterKey, CounterOp};
 /// Rule name of limits that come from Envoy's per-descriptor override: their counter
 /// name, and what logs and spans show for them.
 pub const OVERRIDE_RULE: &str = "(override)";
+
+/// [`OVERRIDE_RULE`] as counter keys hold it: made once, so an override's key, built
+/// per request, shares it instead of allocating its own.
+static OVERRIDE_RULE_ARC: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(OVERRIDE_RULE));
 
 /// The name a limit's rule goes by in counters, logs and spans.
 pub fn rule_name(rule: Option<&Rule>) -> &str {
@@ -241,7 +245,7 @@ pub fn counter_key(
         .collect();
     CounterKey {
         domain: domain.clone(),
-        rule: rule.map_or_else(|| Arc::from(OVERRIDE_RULE), |r| r.path.clone()),
+        rule: rule.map_or_else(|| Arc::clone(&OVERRIDE_RULE_ARC), |r| r.path.clone()),
         entries,
         algorithm: limit.algorithm,
         window_secs: limit.window_secs(),
