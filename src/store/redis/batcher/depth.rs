@@ -1,21 +1,24 @@
 //! How many script calls the batcher keeps on the wire at once, adapted to the
 //! round-trip time instead of fixed.
 //!
-//! Redis runs scripts one at a time, so on a short path (loopback, one rack) a third
-//! call would only queue inside Redis, where it can no longer be merged with what
-//! arrives meanwhile: two in flight keep the connection busy, and batches grow. On a
-//! long path the wire itself holds calls: with a 120 ms round trip and two in flight,
-//! a request waits for a free slot (up to one round trip) and then for its own call,
-//! about twice the round trip. So the limit follows what the calls' times say, the
-//! way TCP Vegas reads queueing from delay: a call that took about the fastest time
-//! seen lately ([`Floor`]) did not wait behind another inside Redis, and one more
-//! may go out (additive increase); a call that took over twice that did, and the
-//! limit halves (multiplicative decrease), never below [`MIN`].
+//! Redis runs scripts one at a time, so on a short path (loopback, one rack) under
+//! load a second call only queues inside Redis, where it can no longer be merged with
+//! what arrives meanwhile: one call in flight makes the biggest batches, and each
+//! call's fixed cost (EVALSHA, TIME, one read and one write per counter) is shared by
+//! the most requests. (Two, the limit before, made 0.08 calls per request where one
+//! makes 0.055: Redis CPU per request -15%, tollgate's -5 to -15%, the same latency;
+//! BENCHMARKS.md.) On a long path the wire itself holds calls: with a 120 ms round
+//! trip and one or two in flight, a request waits for a free slot (up to one round
+//! trip) and then for its own call. So the limit follows what the calls' times say,
+//! the way TCP Vegas reads queueing from delay: a call that took about the fastest
+//! time seen lately ([`Floor`]) did not wait behind another inside Redis, and one
+//! more may go out (additive increase); a call that took over twice that did, and
+//! the limit halves (multiplicative decrease), never below [`MIN`].
 
 use std::time::{Duration, Instant};
 
-/// The depth on a short path, and the least ever allowed.
-pub const MIN: usize = 2;
+/// The depth on a short path under load, and the least ever allowed.
+pub const MIN: usize = 1;
 /// Bound on calls in flight, whatever the path: each holds up to a full batch.
 pub const MAX: usize = 64;
 /// The fastest call is remembered for one to two of these, so a path that became
@@ -92,13 +95,13 @@ mod tests {
     }
 
     #[test]
-    fn calls_queueing_inside_redis_bring_it_back_to_two() {
+    fn calls_queueing_inside_redis_bring_it_back_to_one() {
         let mut depth = Depth::default();
         let start = Instant::now();
         for i in 0..10 {
             depth.observe(start + MS * i, Duration::from_micros(100));
         }
-        assert_eq!(depth.limit(), 12);
+        assert_eq!(depth.limit(), MIN + 10);
         // Calls now take several times the fastest: they wait behind each other.
         for i in 10..20 {
             depth.observe(start + MS * i, Duration::from_micros(450));
