@@ -30,7 +30,7 @@ pub type Entries = SmallVec<[(CompactString, CompactString); 2]>;
 /// Names one counter: the domain, the rule (its config path), the request's descriptor
 /// entries that reached it, the algorithm and the window length. Two requests share a
 /// counter iff these are equal.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Hash)]
 pub struct CounterKey {
     pub domain: Arc<str>,
     pub rule: Arc<str>,
@@ -41,6 +41,29 @@ pub struct CounterKey {
     /// It decides where the counter lives, never which requests share it.
     pub hash_tag: Option<Arc<[Arc<str>]>>,
 }
+
+/// Every field, as a derived `==` would, but cheapest first: keys compared on the hot
+/// path (a request's operations with each other, a cache's bucket) mostly differ in
+/// their entries or window, and mostly share the domain's and rule's `Arc` (so their
+/// text is compared only when they do not: a config reload makes new ones).
+impl PartialEq for CounterKey {
+    fn eq(&self, other: &Self) -> bool {
+        fn same(a: &Arc<str>, b: &Arc<str>) -> bool {
+            Arc::ptr_eq(a, b) || a == b
+        }
+        self.window_secs == other.window_secs
+            && self.algorithm == other.algorithm
+            && self.entries == other.entries
+            && same(&self.rule, &other.rule)
+            && same(&self.domain, &other.domain)
+            && match (&self.hash_tag, &other.hash_tag) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+                (a, b) => a.is_none() && b.is_none(),
+            }
+    }
+}
+
+impl Eq for CounterKey {}
 
 impl CounterKey {
     /// The heap bytes the entries own beyond the key's own size: none for a typical
@@ -173,5 +196,49 @@ impl<S: Store> Store for Arc<S> {
 
     fn ping(&self) -> PingFuture<'_> {
         (**self).ping()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::FastState;
+    use std::hash::BuildHasher;
+
+    fn key() -> CounterKey {
+        CounterKey {
+            domain: Arc::from("d"),
+            rule: Arc::from("d.k_v"),
+            entries: [("k".into(), "v".into())].into_iter().collect(),
+            algorithm: Algorithm::FixedWindow,
+            window_secs: 60,
+            hash_tag: Some(Arc::from([Arc::from("k")])),
+        }
+    }
+
+    /// Equal text in other `Arc`s (a reloaded config's) is the same counter, with the
+    /// same hash; any one field differing is another.
+    #[test]
+    fn keys_are_equal_by_content_in_every_field() {
+        let (a, b) = (key(), key());
+        assert!(!Arc::ptr_eq(&a.rule, &b.rule));
+        assert_eq!(a, b);
+        let hasher = FastState::default();
+        assert_eq!(hasher.hash_one(&a), hasher.hash_one(&b));
+        let changes: [fn(&mut CounterKey); 7] = [
+            |k| k.domain = Arc::from("e"),
+            |k| k.rule = Arc::from("d.k"),
+            |k| k.entries[0].1 = "w".into(),
+            |k| k.algorithm = Algorithm::Gcra,
+            |k| k.window_secs = 1,
+            |k| k.hash_tag = None,
+            |k| k.hash_tag = Some(Arc::from([Arc::from("j")])),
+        ];
+        for (i, change) in changes.into_iter().enumerate() {
+            let mut other = key();
+            change(&mut other);
+            assert_ne!(a, other, "change {i}");
+            assert_ne!(other, a, "change {i}");
+        }
     }
 }
