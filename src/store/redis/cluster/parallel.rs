@@ -4,15 +4,20 @@
 //! Why a task: the groups' calls are in flight together, and a request future
 //! dropped by its caller (Envoy gave up, the connection closed) would otherwise drop
 //! them with it, leaving whatever they consumed taken by nobody: the walk's refund
-//! guard covers the groups it has answers for, but these have no answers yet. The task
-//! owns the calls, their keys and operations, and the refunds they may owe; it always
-//! runs to its end (each call is bounded by the request's deadline), records what the
-//! replies say ([`super::headroom`]), and hands its caller the replies with a
-//! [`RefundGuard`] holding every group that consumed. The caller disarms the guard if the request is admitted, settles it otherwise; if
-//! the caller is gone, the guard is dropped with the undelivered answer and its
-//! refunds are sent anyway: a request nobody hears admitted consumes nothing.
+//! guard covers the groups it has answers for, but these have no answers yet. The
+//! work owns the calls, their keys and operations, and the refunds they may owe; it
+//! always runs to its end (each call is bounded by the request's deadline), records
+//! what the replies say ([`super::headroom`]), and hands its caller the replies with a
+//! [`RefundGuard`] holding every group that consumed. The caller disarms the guard if
+//! the request is admitted, settles it otherwise. The caller runs the work itself
+//! ([`Detachable`]): only if it goes away first does the rest move to a task of its
+//! own, where the guard is dropped with the undelivered answer and its refunds are
+//! sent anyway: a request nobody hears admitted consumes nothing. (A task for every
+//! request cost a spawn and a wake-up across threads each.)
 
-use tokio::sync::oneshot;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 
 use super::super::refund::RefundGuard;
 use super::super::scripts::{Refund, Reply, WireOp};
@@ -75,8 +80,7 @@ impl Cluster {
             self.abandoned.clone(),
         );
         let headroom = std::sync::Arc::clone(&self.headroom);
-        let (answer, answered) = oneshot::channel::<Answer>();
-        tokio::spawn(async move {
+        let work = Detachable(Some(Box::pin(async move {
             let results = futures_util::future::join_all(calls).await;
             for (plan, result) in plans.into_iter().zip(&results) {
                 let Ok(replies) = result else { continue };
@@ -102,13 +106,11 @@ impl Cluster {
                     );
                 }
             }
-            // Undelivered (the caller is gone), the answer is dropped here or with the
-            // caller's receiver, and the guard's drop sends the refunds.
-            let _ = answer.send((results, owed));
-        });
-        let (results, owed) = answered.await.map_err(|_| {
-            StoreError::Unavailable("the parallel acquisition's task stopped".to_owned())
-        })?;
+            // Detached (the caller is gone), the answer is dropped with the task's
+            // output, and the guard's drop sends the refunds.
+            (results, owed)
+        })));
+        let (results, owed): Answer = work.await;
 
         let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
         let mut failure = None;
@@ -137,6 +139,45 @@ impl Cluster {
         match failure {
             Some(error) => Err(error),
             None => Ok(None),
+        }
+    }
+}
+
+/// A future its caller polls in place, whose rest moves to a task of its own if the
+/// caller drops it unfinished: work that must run to its end (the calls in flight and
+/// the refunds they owe) without a task and a cross-thread wake-up per request.
+struct Detachable<F: Future + Send + 'static>(Option<Pin<Box<F>>>)
+where
+    F::Output: Send;
+
+impl<F: Future + Send + 'static> Future for Detachable<F>
+where
+    F::Output: Send,
+{
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let work = self
+            .0
+            .as_mut()
+            .expect("a Detachable is not polled after it finished");
+        let output = ready!(work.as_mut().poll(cx));
+        self.0 = None;
+        Poll::Ready(output)
+    }
+}
+
+impl<F: Future + Send + 'static> Drop for Detachable<F>
+where
+    F::Output: Send,
+{
+    fn drop(&mut self) {
+        if let Some(rest) = self.0.take() {
+            // A store only runs on a runtime; without one (shutting down) there is
+            // nothing left to run the rest on, as there was for a spawned task.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(rest);
+            }
         }
     }
 }
