@@ -12,6 +12,7 @@ pub mod redis;
 pub mod stack;
 
 use std::future::Future;
+use std::hash::{Hash, Hasher};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -30,7 +31,7 @@ pub type Entries = SmallVec<[(CompactString, CompactString); 2]>;
 /// Names one counter: the domain, the rule (its config path), the request's descriptor
 /// entries that reached it, the algorithm and the window length. Two requests share a
 /// counter iff these are equal.
-#[derive(Debug, Clone, Hash)]
+#[derive(Debug, Clone)]
 pub struct CounterKey {
     pub domain: Arc<str>,
     pub rule: Arc<str>,
@@ -64,6 +65,18 @@ impl PartialEq for CounterKey {
 }
 
 impl Eq for CounterKey {}
+
+/// By content, every field, as `==` compares them (equal keys, equal hashes).
+impl Hash for CounterKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.domain.hash(state);
+        self.rule.hash(state);
+        self.entries.hash(state);
+        self.algorithm.hash(state);
+        self.window_secs.hash(state);
+        self.hash_tag.hash(state);
+    }
+}
 
 impl CounterKey {
     /// The heap bytes the entries own beyond the key's own size: none for a typical
