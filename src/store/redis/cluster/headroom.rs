@@ -34,11 +34,12 @@
 //! one): bounded whatever the traffic. A cell whose hash differs, or older than
 //! [`TTL`], is no hint: the request asks Redis first (the dry run), as it always did.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::super::scripts::Reply;
+use crate::hash::FastState;
 use crate::store::CounterOp;
 
 /// Requests of the same cost that may land between a reading and the acquisition.
@@ -83,14 +84,14 @@ struct Hint {
 /// The last readings of the counters this process decided on the cross-slot path.
 pub struct Headroom {
     cells: Box<[Mutex<Option<Hint>>]>,
-    hasher: RandomState,
+    hasher: FastState,
 }
 
 impl Default for Headroom {
     fn default() -> Self {
         Self {
             cells: (0..HINTS).map(|_| Mutex::new(None)).collect(),
-            hasher: RandomState::new(),
+            hasher: FastState::default(),
         }
     }
 }
