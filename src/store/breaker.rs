@@ -156,19 +156,31 @@ impl CircuitBreaker {
         timeout: Duration,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> (Result<T, StoreError>, bool) {
+        let bounded = async {
+            tokio::time::timeout_at(deadline, call)
+                .await
+                .unwrap_or(Err(StoreError::Timeout(timeout)))
+        };
+        self.call_within(deadline, fair, timeout, bounded).await
+    }
+
+    /// [`CircuitBreaker::call_by`] for a `call` that ends by `deadline` itself (a
+    /// queue that gives up its calls at their deadlines): no timer of its own.
+    pub async fn call_within<T>(
+        &self,
+        deadline: tokio::time::Instant,
+        fair: Duration,
+        timeout: Duration,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> (Result<T, StoreError>, bool) {
         let budget = deadline.saturating_duration_since(tokio::time::Instant::now());
         if budget < MIN_TRIAL {
             return (Err(StoreError::Timeout(timeout)), false);
         }
         let fair_trial = budget >= fair;
         let mut charged = true;
-        let bounded = async {
-            tokio::time::timeout_at(deadline, call)
-                .await
-                .unwrap_or(Err(StoreError::Timeout(timeout)))
-        };
         let result = self
-            .call_judged(bounded, |result| {
+            .call_judged(call, |result| {
                 charged = fair_trial || !matches!(result, Err(StoreError::Timeout(_)));
                 charged
             })

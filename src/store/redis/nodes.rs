@@ -105,19 +105,23 @@ impl Nodes {
     }
 
     /// Runs `call` (one slot group on `slot`) by `deadline` under its master's
-    /// breaker; a failure charged to that master (see [`CircuitBreaker::call_by`]:
-    /// a timeout after less than `fair` is not) is counted for it and asks for a
-    /// fresh slot map soon.
+    /// breaker (`bounded`: the call ends by `deadline` itself, no timer needed); a
+    /// failure charged to that master (see [`CircuitBreaker::call_by`]: a timeout after
+    /// less than `fair` is not) is counted for it and asks for a fresh slot map soon.
     pub async fn call<T>(
         self: &Arc<Self>,
         slot: u16,
-        deadline: tokio::time::Instant,
+        (deadline, bounded): (tokio::time::Instant, bool),
         fair: Duration,
         timeout: Duration,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let breaker = self.breaker(slot);
-        let (result, charged) = breaker.call_by(deadline, fair, timeout, call).await;
+        let (result, charged) = if bounded {
+            breaker.call_within(deadline, fair, timeout, call).await
+        } else {
+            breaker.call_by(deadline, fair, timeout, call).await
+        };
         if let Err(error) = &result
             && charged
         {

@@ -40,6 +40,10 @@ use self::headroom::Headroom;
 /// the store's timeout divided by this left of the request's budget.
 const FAIR_SHARE: u32 = 4;
 
+/// How much of its budget a group may have spent before it is queued and still go
+/// without a timer of its own: at most this late, whatever its queue holds.
+const QUEUE_SLACK: Duration = Duration::from_millis(2);
+
 /// A cluster connection (redis-rs follows MOVED/ASK and retries TRYAGAIN).
 pub struct Cluster {
     connection: ClusterConnection,
@@ -167,14 +171,25 @@ impl Cluster {
             let Some(slot) = slot else {
                 return Ok(Vec::new());
             };
-            let call = batchers.decide(slot, group_keys, group_ops, dry_run);
+            // A group queued with its request's whole budget left (its only group,
+            // the check, the groups taken at once) needs no timer of its own: its slot
+            // queue gives up every call at the earliest deadline it carries, and each
+            // call ahead of it was queued earlier, so they end within its budget plus
+            // QUEUE_SLACK. A walk's later group, queued after earlier groups spent part
+            // of the budget, may wait behind calls with later deadlines: it keeps one.
+            // (A timer per group was 4% of a 3-group request's instructions.)
+            let bounded =
+                deadline.saturating_duration_since(Instant::now()) + QUEUE_SLACK >= timeout;
+            let call = batchers.decide(slot, deadline, group_keys, group_ops, dry_run);
             // All groups of a request share `deadline`: a group left with less than a
             // fair share because an earlier one waited on a slow master is failed
             // without charging its own master's breaker (issue: one slow master opened
             // a healthy one's breaker). A healthy master answers in a few ms even
             // busy; a quarter of the store's timeout is a trial it should pass.
             let fair = timeout / FAIR_SHARE;
-            nodes.call(slot, deadline, fair, timeout, call).await
+            nodes
+                .call(slot, (deadline, bounded), fair, timeout, call)
+                .await
         }
     }
 }
