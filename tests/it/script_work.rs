@@ -51,6 +51,17 @@ fn fixed_window_op(limit: u64) -> CounterOp {
     }
 }
 
+/// `n` alike requests, each the operations `ops` on `keys`, as one call's segments.
+fn alike<'a>(keys: &'a [String], ops: &'a [WireOp], n: usize) -> Vec<Segment<'a, String>> {
+    (0..n)
+        .map(|_| Segment {
+            keys,
+            ops,
+            dry_run: false,
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn a_hot_counter_is_read_and_written_once_per_call() {
     let redis = common::redis::custom::private_standalone("script_work").expect("private redis");
@@ -59,13 +70,7 @@ async fn a_hot_counter_is_read_and_written_once_per_call() {
     let wire = [WireOp::new(&fixed_window_op(1000))];
     let keys = [String::from("script_work:hot")];
     // 13 one-operation requests on one counter, as the batcher sends them under load.
-    let segments: Vec<Segment<'_, String>> = (0..13)
-        .map(|_| Segment {
-            keys: &keys,
-            ops: &wire,
-            dry_run: false,
-        })
-        .collect();
+    let segments = alike(&keys, &wire, 13);
     let mut windows = Vec::new();
     for call in 1..=2u64 {
         let reply: Vec<u8> = scripts::batch_cmd(&segments, None)
@@ -119,13 +124,7 @@ async fn a_malformed_run_fails_the_whole_call() {
     let prefix = common::redis::unique_prefix("script_work_runs");
     let wire = [WireOp::new(&fixed_window_op(10))];
     let keys = [format!("{prefix}hot")];
-    let segments: Vec<Segment<'_, String>> = (0..3)
-        .map(|_| Segment {
-            keys: &keys,
-            ops: &wire,
-            dry_run: false,
-        })
-        .collect();
+    let segments = alike(&keys, &wire, 3);
     let good = scripts::batch_cmd(&segments, None);
     let args: Vec<Vec<u8>> = good
         .args_iter()
@@ -231,13 +230,7 @@ async fn a_long_reply_arrives_whole_and_in_order() {
         .map(|&limit| WireOp::new(&fixed_window_op(limit)))
         .collect();
     let keys: Vec<String> = limits.iter().map(|l| format!("{prefix}{l}")).collect();
-    let segments: Vec<Segment<'_, String>> = (0..70)
-        .map(|_| Segment {
-            keys: &keys,
-            ops: &wire,
-            dry_run: false,
-        })
-        .collect();
+    let segments = alike(&keys, &wire, 70);
     let reply: Vec<u8> = scripts::batch_cmd(&segments, None)
         .query_async(&mut conn)
         .await
