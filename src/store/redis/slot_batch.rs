@@ -50,7 +50,6 @@ impl SlotBatchers {
     pub async fn decide(
         &self,
         slot: u16,
-        deadline: tokio::time::Instant,
         keys: Vec<String>,
         ops: Vec<WireOp>,
         dry_run: bool,
@@ -62,6 +61,6 @@ impl SlotBatchers {
             .get(usize::from(slot))
             .ok_or_else(|| StoreError::Unavailable(format!("no hash slot {slot}")))?;
         let queue = cell.get_or_init(|| Batcher::start(self.connection.clone(), self.timeout));
-        queue.decide_by(deadline, keys, ops, dry_run).await
+        queue.decide(keys, ops, dry_run).await
     }
 }

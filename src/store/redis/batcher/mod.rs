@@ -109,21 +109,7 @@ impl Batcher {
         ops: Vec<WireOp>,
         dry_run: bool,
     ) -> Result<Vec<Reply>, StoreError> {
-        self.decide_by(Instant::now() + self.timeout, keys, ops, dry_run)
-            .await
-    }
-
-    /// [`Batcher::decide`] by `deadline`, at most the store's timeout away: the queue
-    /// answers [`StoreError::Timeout`] once the call carrying the request, or the
-    /// calls ahead of it, pass their deadlines (all at most one timeout after they were
-    /// queued, so a request queued with its whole budget is answered within it).
-    pub async fn decide_by(
-        &self,
-        deadline: Instant,
-        keys: Vec<String>,
-        ops: Vec<WireOp>,
-        dry_run: bool,
-    ) -> Result<Vec<Reply>, StoreError> {
+        let deadline = Instant::now() + self.timeout;
         if self.health.is_down() {
             return Err(StoreError::Unavailable(DOWN.to_owned()));
         }
