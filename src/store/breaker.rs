@@ -164,8 +164,9 @@ impl CircuitBreaker {
         self.call_within(deadline, fair, timeout, bounded).await
     }
 
-    /// [`CircuitBreaker::call_by`] for a `call` that ends by `deadline` itself (a
-    /// queue that gives up its calls at their deadlines): no timer of its own.
+    /// [`CircuitBreaker::call_by`] for a `call` that ends by about `deadline` itself
+    /// (a queue that gives up its calls at their deadlines): no timer of its own, so
+    /// it ends as late as the call does.
     pub async fn call_within<T>(
         &self,
         deadline: tokio::time::Instant,

@@ -105,7 +105,8 @@ impl Nodes {
     }
 
     /// Runs `call` (one slot group on `slot`) by `deadline` under its master's
-    /// breaker (`bounded`: the call ends by `deadline` itself, no timer needed); a
+    /// breaker (`bounded`: the call ends by about `deadline` itself, within the
+    /// caller's slack, and gets no timer); a
     /// failure charged to that master (see [`CircuitBreaker::call_by`]: a timeout after
     /// less than `fair` is not) is counted for it and asks for a fresh slot map soon.
     pub async fn call<T>(

@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 /// The depth on a short path under load, and the least ever allowed.
 pub const MIN: usize = 1;
+/// The depth before any call has been timed: as before the floor was one, so a second
+/// request on an idle long path does not wait a round trip for the first call.
+const START: usize = 2;
 /// Bound on calls in flight, whatever the path: each holds up to a full batch.
 pub const MAX: usize = 64;
 /// The fastest call is remembered for one to two of these, so a path that became
@@ -35,7 +38,7 @@ pub struct Depth {
 impl Default for Depth {
     fn default() -> Self {
         Self {
-            limit: MIN,
+            limit: START,
             floor: Floor::default(),
         }
     }
@@ -101,7 +104,7 @@ mod tests {
         for i in 0..10 {
             depth.observe(start + MS * i, Duration::from_micros(100));
         }
-        assert_eq!(depth.limit(), MIN + 10);
+        assert_eq!(depth.limit(), START + 10);
         // Calls now take several times the fastest: they wait behind each other.
         for i in 10..20 {
             depth.observe(start + MS * i, Duration::from_micros(450));

@@ -175,7 +175,9 @@ impl Cluster {
             // the check, the groups taken at once) needs no timer of its own: its slot
             // queue answers it within the store's timeout of now (each call is given
             // up at the earliest deadline it carries, and every call ahead of it was
-            // queued earlier), so at most QUEUE_SLACK past `deadline`. A walk's later
+            // queued earlier), so at most QUEUE_SLACK past `deadline` (or later by as
+            // long as the thread is pre-empted between taking its deadline and
+            // queueing, as a timer fires late on a loaded machine). A walk's later
             // group, queued after earlier groups spent part of the budget, keeps one.
             // Its deadline is not handed to the queue: a shared call would be cut
             // short at it for every request in it. (A timer per group was 4% of a

@@ -1,7 +1,7 @@
 //! Taking every slot group of a request at once (the fast path of
-//! [`super::acquire`]), in a task of its own so that its caller may go away.
+//! [`super::acquire`]), as work that runs to its end even if its caller goes away.
 //!
-//! Why a task: the groups' calls are in flight together, and a request future
+//! Why: the groups' calls are in flight together, and a request future
 //! dropped by its caller (Envoy gave up, the connection closed) would otherwise drop
 //! them with it, leaving whatever they consumed taken by nobody: the walk's refund
 //! guard covers the groups it has answers for, but these have no answers yet. The
@@ -26,7 +26,7 @@ use super::acquire::Request;
 use super::headroom::Ids;
 use crate::store::StoreError;
 
-/// One operation as the task needs it to refund and to remember it.
+/// One operation as the work needs it to refund and to remember it.
 struct Planned {
     key: String,
     op: WireOp,
@@ -36,7 +36,7 @@ struct Planned {
     costed: bool,
 }
 
-/// What the task hands back: each group's result, and the refunds of the groups that
+/// What the work hands back: each group's result, and the refunds of the groups that
 /// consumed.
 type Answer = (Vec<Result<Vec<Reply>, StoreError>>, RefundGuard);
 
@@ -172,6 +172,10 @@ where
     F::Output: Send,
 {
     fn drop(&mut self) {
+        // Dropped while its own poll panics: the rest would only panic again.
+        if std::thread::panicking() {
+            return;
+        }
         if let Some(rest) = self.0.take() {
             // A store only runs on a runtime; without one (shutting down) there is
             // nothing left to run the rest on, as there was for a spawned task.
