@@ -51,6 +51,27 @@ fn fixed_window_op(limit: u64) -> CounterOp {
     }
 }
 
+/// Sends `bad`, which Redis must refuse naming `why`, and checks that none of `keys`
+/// was written (a malformed call fails whole, its valid requests too).
+async fn refused_unwritten(
+    conn: &mut redis::aio::MultiplexedConnection,
+    bad: &redis::Cmd,
+    why: &str,
+    keys: &[String],
+) {
+    let err = bad
+        .query_async::<Vec<u8>>(conn)
+        .await
+        .expect_err("a malformed call is refused");
+    assert!(err.to_string().contains(why), "{err}");
+    let exists: u64 = redis::cmd("EXISTS")
+        .arg(keys)
+        .query_async(conn)
+        .await
+        .expect("EXISTS");
+    assert_eq!(exists, 0, "{why}: nothing written");
+}
+
 /// `n` alike requests, each the operations `ops` on `keys`, as one call's segments.
 fn alike<'a>(keys: &'a [String], ops: &'a [WireOp], n: usize) -> Vec<Segment<'a, String>> {
     (0..n)
@@ -142,17 +163,7 @@ async fn a_malformed_run_fails_the_whole_call() {
             bad.arg(&arg[..]);
         }
         bad.arg(runs);
-        let err = bad
-            .query_async::<Vec<u8>>(&mut conn)
-            .await
-            .expect_err("a malformed run is refused");
-        assert!(err.to_string().contains("malformed runs"), "{err}");
-        let exists: u64 = redis::cmd("EXISTS")
-            .arg(&keys[..])
-            .query_async(&mut conn)
-            .await
-            .expect("EXISTS");
-        assert_eq!(exists, 0, "{runs:?}: nothing written");
+        refused_unwritten(&mut conn, &bad, "malformed runs", &keys).await;
     }
 }
 
@@ -202,17 +213,7 @@ async fn a_malformed_operation_fails_the_whole_call() {
             bad.arg(bytes);
         }
         assert_eq!(ops_seen, 2);
-        let err = bad
-            .query_async::<Vec<u8>>(&mut conn)
-            .await
-            .expect_err("a malformed call is refused");
-        assert!(err.to_string().contains("malformed operation 2"), "{err}");
-        let exists: u64 = redis::cmd("EXISTS")
-            .arg(&keys[..])
-            .query_async(&mut conn)
-            .await
-            .expect("EXISTS");
-        assert_eq!(exists, 0, "the valid first request wrote nothing");
+        refused_unwritten(&mut conn, &bad, "malformed operation 2", &keys).await;
     }
 }
 
