@@ -9,10 +9,12 @@
 //! see; [`settings`] resolves flags and environment; [`cli`] is the command line,
 //! [`xds`] reads limits from a control plane instead of files (`CONFIG_TYPE=GRPC_XDS_SOTW`);
 //! [`bench`] the load generator behind `tollgate bench`, [`simulate`] the offline
-//! replay behind `tollgate simulate`; `main.rs` only parses the command line.
+//! replay behind `tollgate simulate`; [`background`] the tasks a server owns; `main.rs`
+//! only parses the command line.
 //! docs/architecture.md draws the request's path through them.
 
 pub mod algorithm;
+pub mod background;
 pub mod bench;
 pub mod cli;
 pub mod clock;

@@ -26,7 +26,7 @@ use tollgate::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tollgate::proto::rate_limit_response::Code;
 use tollgate::proto::{RateLimitDescriptor, RateLimitRequest};
 use tollgate::store::breaker::BreakerOptions;
-use tollgate::store::stack;
+use tollgate::store::{Backend, stack};
 
 use counting_alloc::{Counting, allocations};
 
@@ -89,10 +89,9 @@ fn a_memory_store_request_allocates_what_this_file_says() {
     let metrics = Arc::new(Metrics::default());
     let store = runtime
         .block_on(stack::build(
-            None,
+            &Backend::Memory { max_bytes: 1 << 26 },
             BreakerOptions::default(),
             0,
-            1 << 26,
             Some(&metrics),
         ))
         .expect("the memory store");

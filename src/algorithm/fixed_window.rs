@@ -3,7 +3,7 @@
 //! admit iff `count + cost <= L`. Times are whole seconds, as envoyproxy/ratelimit
 //! reports them.
 
-use super::{Decision, Model, Params};
+use super::{Decision, Layout, Model, Params, Stored};
 
 /// The count within one window, identified by its start (seconds since the epoch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -57,6 +57,7 @@ impl Model for FixedWindow {
     const KEY_NAME: &'static str = "fw";
     const LUA: &'static str = include_str!("../../lua/fixed_window.lua");
     const USES_BURST: bool = false;
+    const LAYOUT: Layout = Layout::Hash;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
@@ -65,6 +66,19 @@ impl Model for FixedWindow {
 
     fn expires_at_ms(state: &State, params: &Params, _now_ms: u64) -> u64 {
         expires_at_ms(state, params)
+    }
+
+    // fixed_window.lua: {w = window start (unix s), c = hits in it}
+    fn describe(stored: &Stored) -> String {
+        format!(
+            "count {} in the window from {} (unix s)",
+            stored.field("c"),
+            stored.field("w")
+        )
+    }
+
+    fn heap_bytes(_: &State) -> usize {
+        0
     }
 }
 

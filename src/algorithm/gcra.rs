@@ -4,7 +4,7 @@
 //! `max(TAT, now) + n x T - now <= B x T`. Same admissions as a token bucket of
 //! capacity B, with a single float per key.
 
-use super::{Decision, EPSILON, Model, Params, ceil_ms, floor_u64};
+use super::{Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct State {
@@ -42,6 +42,7 @@ impl Model for Gcra {
     const KEY_NAME: &'static str = "gcra";
     const LUA: &'static str = include_str!("../../lua/gcra.lua");
     const USES_BURST: bool = true;
+    const LAYOUT: Layout = Layout::Value;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
@@ -50,6 +51,15 @@ impl Model for Gcra {
 
     fn expires_at_ms(state: &State, _params: &Params, now_ms: u64) -> u64 {
         expires_at_ms(state, now_ms)
+    }
+
+    // gcra.lua: the theoretical arrival time, one number
+    fn describe(stored: &Stored) -> String {
+        format!("theoretical arrival time {} (unix ms)", stored.value())
+    }
+
+    fn heap_bytes(_: &State) -> usize {
+        0
     }
 }
 

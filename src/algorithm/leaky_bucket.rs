@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{Decision, EPSILON, Model, Params, ceil_ms, floor_u64};
+use super::{Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct State {
@@ -53,6 +53,7 @@ impl Model for LeakyBucket {
     const KEY_NAME: &'static str = "lb";
     const LUA: &'static str = include_str!("../../lua/leaky_bucket.lua");
     const USES_BURST: bool = true;
+    const LAYOUT: Layout = Layout::Value;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
@@ -61,6 +62,15 @@ impl Model for LeakyBucket {
 
     fn expires_at_ms(state: &State, _params: &Params, now_ms: u64) -> u64 {
         expires_at_ms(state, now_ms)
+    }
+
+    // leaky_bucket.lua: when the queue drains, one number
+    fn describe(stored: &Stored) -> String {
+        format!("queue drains at {} (unix ms)", stored.value())
+    }
+
+    fn heap_bytes(_: &State) -> usize {
+        0
     }
 }
 

@@ -17,7 +17,10 @@
 //!    functions with their unit and property tests, and a unit struct named like the
 //!    enum variant implementing [`Model`] (`NAME = "<name>"`, the name configs use;
 //!    `KEY_NAME`, a new short name for its Redis keys;
-//!    `LUA = include_str!("../../lua/<name>.lua")`; `USES_BURST`).
+//!    `LUA = include_str!("../../lua/<name>.lua")`; `USES_BURST`; `LAYOUT`, the Redis
+//!    type its Lua twin keeps a counter in, and `describe`, that stored value in
+//!    words for `tollgate inspect`; `heap_bytes`, what its state owns on the heap, so
+//!    the memory store weighs it right).
 //! 2. `lua/<name>.lua`: its twin, a table `local <name> = {}` with `load(key, p,
 //!    now_ms)` (the stored state, `false` for none), `decide(state, p, now_ms, cost,
 //!    i)` (returning the new state, allowed, remaining, reset ms, retry ms or -1, delay
@@ -30,15 +33,18 @@
 //! 3. One entry at the end of the list below: `Variant(module)`. Appending keeps the
 //!    ids of the others (they are positions); the scripts' SHA changes either way.
 //!
-//! Then add its `*_lua_equals_the_model` case to the differential test
-//! (`tests/it/differential.rs`), which proves the two twins agree. Config parsing,
-//! the memory store, Redis keys and scripts and `tollgate simulate` (its chart
+//! The differential test (`tests/it/differential.rs`) walks the list, so it proves
+//! the new twins agree with no change of its own. Config parsing, the memory store,
+//! Redis keys and scripts, `tollgate inspect` and `tollgate simulate` (its chart
 //! colours too) pick the algorithm up from the list. Config rules specific to one
 //! algorithm (like `max_delay` for the leaky bucket) live in
 //! `src/config/compile/limit.rs`.
 
+mod stored;
 #[cfg(test)]
 pub(crate) mod testing;
+
+pub use self::stored::{Layout, Stored};
 
 use std::time::Duration;
 
@@ -57,6 +63,8 @@ pub trait Model {
     const LUA: &'static str;
     /// Whether `burst` means something for this algorithm.
     const USES_BURST: bool;
+    /// The Redis type its Lua twin keeps one counter in.
+    const LAYOUT: Layout;
     type State: Clone + std::fmt::Debug + PartialEq;
 
     /// Decides `cost` hits at `now_ms` against `state` (`None`: never seen). A denied
@@ -71,6 +79,13 @@ pub trait Model {
     /// When `state` stops mattering (the Redis TTL of its key): after this instant it
     /// is equivalent to no state at all.
     fn expires_at_ms(state: &Self::State, params: &Params, now_ms: u64) -> u64;
+
+    /// A counter as the Lua twin stores it (in [`Self::LAYOUT`]), in words.
+    fn describe(stored: &Stored) -> String;
+
+    /// The heap bytes `state` owns besides its own size (the memory store's budget
+    /// counts them): none for a state of plain numbers.
+    fn heap_bytes(state: &Self::State) -> usize;
 }
 
 /// Declares the algorithm modules and generates everything that enumerates them from
@@ -120,6 +135,29 @@ macro_rules! algorithms {
             pub fn lua(self) -> &'static str {
                 match self {
                     $(Algorithm::$variant => <$module::$variant as Model>::LUA,)+
+                }
+            }
+
+            /// The Redis type the Lua twin keeps one counter in.
+            pub fn layout(self) -> Layout {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::LAYOUT,)+
+                }
+            }
+
+            /// A counter as the Lua twin stores it, in words ([`Model::describe`]).
+            pub fn describe(self, stored: &Stored) -> String {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::describe(stored),)+
+                }
+            }
+        }
+
+        impl State {
+            /// The heap bytes the state owns besides its own size.
+            pub fn heap_bytes(&self) -> usize {
+                match self {
+                    $(State::$variant(s) => <$module::$variant as Model>::heap_bytes(s),)+
                 }
             }
         }

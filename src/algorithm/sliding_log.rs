@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Decision, Model, Params};
+use super::{Decision, Layout, Model, Params, Stored};
 
 /// The largest `requests_per_unit` a sliding_log rule may have. Redis stores each hit
 /// as a sorted-set member: measured with `MEMORY USAGE` (tests/it/memory_usage.rs), a full
@@ -60,6 +60,7 @@ impl Model for SlidingLog {
     const KEY_NAME: &'static str = "sl";
     const LUA: &'static str = include_str!("../../lua/sliding_log.lua");
     const USES_BURST: bool = false;
+    const LAYOUT: Layout = Layout::SortedSet;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
@@ -68,6 +69,16 @@ impl Model for SlidingLog {
 
     fn expires_at_ms(state: &State, params: &Params, now_ms: u64) -> u64 {
         expires_at_ms(state, params, now_ms)
+    }
+
+    // sliding_log.lua: a sorted set, one member per hit still in the window
+    fn describe(stored: &Stored) -> String {
+        format!("{} hit(s) in the window", stored.members())
+    }
+
+    /// One timestamp per hit in the window.
+    fn heap_bytes(state: &State) -> usize {
+        state.hits.capacity() * std::mem::size_of::<u64>()
     }
 }
 

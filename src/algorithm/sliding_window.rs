@@ -5,7 +5,7 @@
 //! the previous window's hits were spread evenly, so in the worst case (all of them
 //! at its very end) it admits up to 2L in one interval of length W.
 
-use super::{Decision, Model, Params, ceil_ms, floor_u64};
+use super::{Decision, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct State {
@@ -81,6 +81,7 @@ impl Model for SlidingWindow {
     const KEY_NAME: &'static str = "sw";
     const LUA: &'static str = include_str!("../../lua/sliding_window.lua");
     const USES_BURST: bool = false;
+    const LAYOUT: Layout = Layout::Hash;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
@@ -89,6 +90,20 @@ impl Model for SlidingWindow {
 
     fn expires_at_ms(state: &State, params: &Params, _now_ms: u64) -> u64 {
         expires_at_ms(state, params)
+    }
+
+    // sliding_window.lua: {s = window start (unix ms), p = previous, c = current}
+    fn describe(stored: &Stored) -> String {
+        format!(
+            "count {} in the window from {} (unix ms), {} in the one before",
+            stored.field("c"),
+            stored.field("s"),
+            stored.field("p")
+        )
+    }
+
+    fn heap_bytes(_: &State) -> usize {
+        0
     }
 }
 

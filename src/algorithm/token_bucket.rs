@@ -2,7 +2,7 @@
 //! a request of cost n takes n tokens, admitted iff at least n are there. Allows a
 //! burst of B, then the sustained rate. Two numbers of state: tokens and when.
 
-use super::{Decision, EPSILON, Model, Params, ceil_ms, floor_u64};
+use super::{Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct State {
@@ -58,6 +58,7 @@ impl Model for TokenBucket {
     const KEY_NAME: &'static str = "tb";
     const LUA: &'static str = include_str!("../../lua/token_bucket.lua");
     const USES_BURST: bool = true;
+    const LAYOUT: Layout = Layout::Hash;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
@@ -66,6 +67,19 @@ impl Model for TokenBucket {
 
     fn expires_at_ms(state: &State, params: &Params, _now_ms: u64) -> u64 {
         expires_at_ms(state, params)
+    }
+
+    // token_bucket.lua: {t = tokens, a = when t was computed (unix ms)}
+    fn describe(stored: &Stored) -> String {
+        format!(
+            "tokens {} as of {} (unix ms)",
+            stored.field("t"),
+            stored.field("a")
+        )
+    }
+
+    fn heap_bytes(_: &State) -> usize {
+        0
     }
 }
 

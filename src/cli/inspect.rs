@@ -17,7 +17,8 @@ use super::console;
 use crate::config::{self, Limit};
 use crate::limiter::{bounds, plan};
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
-use crate::settings::{ServeFlags, ServeSettings};
+use crate::settings::{RedisFlags, ServeFlags, ServeSettings};
+use crate::store::Backend;
 use crate::store::redis::connect::RedisOptions;
 use crate::store::redis::inspect::{self, CounterState};
 
@@ -31,19 +32,10 @@ pub struct InspectArgs {
     /// Config file or directory the server runs [default: as serve: $RUNTIME_ROOT/..., else config/]
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Standalone Redis [default: $REDIS_URL]
-    #[arg(long)]
-    pub redis_url: Option<String>,
-    /// Redis Cluster seed nodes: host:port,host:port,... [default: $REDIS_URL with $REDIS_TYPE=cluster]
-    #[arg(long)]
-    pub redis_cluster: Option<String>,
-    /// Redis Sentinel: name,host:port,... [default: $REDIS_URL with $REDIS_TYPE=sentinel]
-    #[arg(long, value_name = "NAME,HOST:PORT,...")]
-    pub redis_sentinel: Option<String>,
-    /// Prefix of every Redis key, as the server's [default: $CACHE_KEY_PREFIX]
-    #[arg(long)]
-    pub key_prefix: Option<String>,
-    /// Give up after this many milliseconds
+    /// Where Redis is, as `serve` takes it.
+    #[command(flatten)]
+    pub redis: RedisFlags,
+    /// Give up after this many milliseconds (also each Redis call's budget, unless --redis-timeout-ms)
     #[arg(long, default_value_t = 5000)]
     pub timeout_ms: u64,
 }
@@ -101,25 +93,40 @@ async fn inspect(args: &InspectArgs) -> Result<String, String> {
     Ok(render(&request, &plan, &states))
 }
 
-/// Where the config and Redis are, resolved by `serve`'s own rules.
+/// Where the config and Redis are, resolved by `serve`'s own rules and flags.
 fn settings(args: &InspectArgs) -> Result<(PathBuf, RedisOptions), String> {
     let flags = ServeFlags {
         config: args.config.clone(),
-        redis_url: args.redis_url.clone(),
-        redis_cluster: args.redis_cluster.clone(),
-        redis_sentinel: args.redis_sentinel.clone(),
-        key_prefix: args.key_prefix.clone(),
+        redis: args.redis.clone(),
         ..ServeFlags::default()
     };
     let env = |name: &str| std::env::var(name).ok();
     let settings = ServeSettings::resolve(&flags, &env).map_err(|e| e.to_string())?;
-    let mut redis = settings.redis.ok_or(
-        "counters live in Redis: give --redis-url, --redis-cluster or --redis-sentinel \
-         (or REDIS_URL); a server on the memory store keeps them inside its own process",
-    )?;
-    // A one-off read, not a request on the hot path: the whole budget is the user's.
-    redis.timeout = Duration::from_millis(args.timeout_ms.max(1));
-    Ok((settings.config, redis))
+    let config = match (settings.source.files(), &args.config) {
+        (Some(files), _) => files.path.clone(),
+        (None, Some(path)) => path.clone(),
+        (None, None) => {
+            return Err("limits come from an xDS control plane (CONFIG_TYPE): \
+                        give the config the server serves with --config"
+                .into());
+        }
+    };
+    let mut redis = match settings.backend {
+        Backend::Redis { options, .. } => *options,
+        Backend::Memory { .. } => {
+            return Err(
+                "counters live in Redis: give --redis-url, --redis-cluster or \
+                        --redis-sentinel (or REDIS_URL); a server on the memory store keeps \
+                        them inside its own process"
+                    .into(),
+            );
+        }
+    };
+    if args.redis.redis_timeout_ms.is_none() {
+        // A one-off read, not a request on the hot path: the whole budget is the user's.
+        redis.timeout = Duration::from_millis(args.timeout_ms.max(1));
+    }
+    Ok((config, redis))
 }
 
 /// One block per counter, under its descriptor.
@@ -161,7 +168,10 @@ fn render(
 }
 
 fn counter_lines(text: &mut String, rule: &str, limit: &Limit, state: &CounterState) {
-    let ms = |d: Duration| format!("{:.3}s", d.as_secs_f64());
+    let ms = |d: Duration| match d.subsec_millis() {
+        0 => format!("{}s", d.as_secs()),
+        _ => format!("{:.3}s", d.as_secs_f64()),
+    };
     let _ = writeln!(text, "  counter   {}", state.key);
     let _ = writeln!(text, "    rule      {rule}");
     let _ = writeln!(text, "    algorithm {}", limit.algorithm.name());
@@ -175,12 +185,18 @@ fn counter_lines(text: &mut String, rule: &str, limit: &Limit, state: &CounterSt
             .unwrap_or("no key (never counted, or expired)")
     );
     let _ = writeln!(text, "    remaining {}", state.now.remaining);
-    let _ = writeln!(text, "    reset     {}", ms(state.now.reset_after));
+    // What a request is told (a fixed window counts whole seconds, as upstream does),
+    // beside the key's exact time to live: the two may differ by under a second.
+    let _ = writeln!(
+        text,
+        "    reset     {} (as an answer reports it)",
+        ms(state.now.reset_after)
+    );
     let _ = writeln!(
         text,
         "    ttl       {}",
-        state
-            .ttl_ms
-            .map_or("-".to_owned(), |t| ms(Duration::from_millis(t)))
+        state.ttl_ms.map_or("- (no key)".to_owned(), |t| {
+            format!("{} (the key's, in Redis)", ms(Duration::from_millis(t)))
+        })
     );
 }

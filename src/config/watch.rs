@@ -201,11 +201,6 @@ impl ConfigWatcher {
         this
     }
 
-    /// Whether the set itself is watched (false: polled until it can be).
-    pub fn is_watching(&self) -> bool {
-        self.watching
-    }
-
     /// Watches the parent of each anchor; `again` first drops the old watches, which
     /// may name directories that a swap has since replaced.
     fn watch_anchors(&mut self, again: bool) {

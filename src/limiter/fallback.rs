@@ -57,11 +57,6 @@ impl Fallback {
         }
     }
 
-    /// Counters the `local` mode holds now (for tests).
-    pub fn local_len(&self) -> usize {
-        self.local.len()
-    }
-
     /// Fallback decisions taken so far, per mode.
     pub fn counts(&self) -> Vec<(FailureMode, u64)> {
         FailureMode::ALL

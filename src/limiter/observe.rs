@@ -108,7 +108,6 @@ fn near_limit_hits(op: &CounterOp, decision: &Decision, ratio: f64) -> u64 {
 
 /// The arithmetic of [`near_limit_hits`] on plain numbers.
 fn near_hits(capacity: u64, remaining: u64, hits: u64, ratio: f64) -> u64 {
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let threshold = ((capacity as f32) * (ratio as f32)).floor() as u64;
     let after = capacity.saturating_sub(remaining);
     if after <= threshold {

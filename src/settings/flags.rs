@@ -1,6 +1,8 @@
 //! `tollgate serve`'s command-line flags, declared once: clap parses them (the doc
 //! comments are the `--help` text) and [`super::ServeSettings::resolve`] reads them,
 //! flags first, then the environment variables envoyproxy/ratelimit deployments set.
+//! The Redis flags are a group of their own ([`RedisFlags`]), which `tollgate
+//! inspect` takes too, so it finds Redis exactly as `serve` does.
 
 use std::path::PathBuf;
 
@@ -29,21 +31,8 @@ pub struct ServeFlags {
     /// Fill the answer's dynamic_metadata with the request and the passed descriptors' YAML metadata, as envoyproxy/ratelimit does (also $RESPONSE_DYNAMIC_METADATA)
     #[arg(long)]
     pub response_dynamic_metadata: bool,
-    /// Standalone Redis: redis://[user:pass@]host:port/db, rediss:// for TLS [default: $REDIS_URL]
-    #[arg(long)]
-    pub redis_url: Option<String>,
-    /// Redis Cluster seed nodes: host:port,host:port,... [default: $REDIS_URL with $REDIS_TYPE=cluster]
-    #[arg(long)]
-    pub redis_cluster: Option<String>,
-    /// Redis Sentinel: the master group's name, then the sentinels: name,host:port,... [default: $REDIS_URL with $REDIS_TYPE=sentinel]
-    #[arg(long, value_name = "NAME,HOST:PORT,...")]
-    pub redis_sentinel: Option<String>,
-    /// Budget in milliseconds for one request's Redis work; beyond it the domain's failure_mode answers
-    #[arg(long, value_name = "MS")]
-    pub redis_timeout_ms: Option<u64>,
-    /// Prefix of every Redis key [default: $CACHE_KEY_PREFIX]
-    #[arg(long)]
-    pub key_prefix: Option<String>,
+    #[command(flatten)]
+    pub redis: RedisFlags,
     /// After SIGTERM, keep answering (health NOT_SERVING) this long before closing the listeners [default: 5]
     #[arg(long, value_name = "SECONDS")]
     pub drain_seconds: Option<f64>,
@@ -95,4 +84,24 @@ pub struct ServeFlags {
     /// mTLS: a DNS name or IP the client certificate must be valid for [default: $GRPC_CLIENT_TLS_SAN]
     #[arg(long, value_name = "NAME")]
     pub grpc_tls_client_san: Option<String>,
+}
+
+/// Where Redis is and how its keys are named: `serve`'s and `inspect`'s.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RedisFlags {
+    /// Standalone Redis: redis://[user:pass@]host:port/db, rediss:// for TLS [default: $REDIS_URL]
+    #[arg(long)]
+    pub redis_url: Option<String>,
+    /// Redis Cluster seed nodes: host:port,host:port,... [default: $REDIS_URL with $REDIS_TYPE=cluster]
+    #[arg(long)]
+    pub redis_cluster: Option<String>,
+    /// Redis Sentinel: the master group's name, then the sentinels: name,host:port,... [default: $REDIS_URL with $REDIS_TYPE=sentinel]
+    #[arg(long, value_name = "NAME,HOST:PORT,...")]
+    pub redis_sentinel: Option<String>,
+    /// Budget in milliseconds for one request's Redis work; beyond it the domain's failure_mode answers [default: 250]
+    #[arg(long, value_name = "MS")]
+    pub redis_timeout_ms: Option<u64>,
+    /// Prefix of every Redis key [default: $CACHE_KEY_PREFIX]
+    #[arg(long)]
+    pub key_prefix: Option<String>,
 }

@@ -1,28 +1,28 @@
 //! Resolving `tollgate serve`'s settings: our flags first, then the environment
-//! variables envoyproxy/ratelimit deployments already set, then defaults. The Redis
-//! part is in `redis.rs`, the xDS config source in [`xds`]; [`compat`] lists its variables tollgate ignores or refuses;
-//! the tests are in `tests.rs`.
+//! variables envoyproxy/ratelimit deployments already set, then defaults. Where the
+//! limits come from is [`source`] (files, or the xDS source of [`xds`]); where the
+//! counters live is `redis.rs` (a [`Backend`]); [`compat`] lists the variables
+//! tollgate ignores or refuses; the tests are in `tests.rs`.
 
 pub mod compat;
 mod flags;
 pub mod observability;
 pub mod protection;
 mod redis;
+pub mod source;
 #[cfg(test)]
 mod tests;
 pub mod tls;
 pub mod xds;
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
 use std::time::Duration;
 
-pub use self::flags::ServeFlags;
+pub use self::flags::{RedisFlags, ServeFlags};
+pub use self::source::{FileSettings, SourceSettings};
 use crate::error::Error;
-use crate::store::redis::connect::RedisOptions;
+use crate::store::Backend;
 
-/// Default config location when neither `--config` nor `RUNTIME_ROOT` is given.
-pub const DEFAULT_CONFIG: &str = "config";
 pub const DEFAULT_GRPC_ADDR: &str = "0.0.0.0:8081";
 /// envoyproxy/ratelimit's debug port, for `DEBUG_HOST` / `DEBUG_PORT`.
 pub const DEFAULT_DEBUG_ADDR: &str = "0.0.0.0:6070";
@@ -44,16 +44,14 @@ pub const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_DRAIN_SECONDS: f64 = 5.0;
 /// A drain longer than this is a typo (Kubernetes' default grace period is 30 s).
 pub const MAX_DRAIN_SECONDS: f64 = 3600.0;
-/// envoyproxy/ratelimit's `RUNTIME_APPDIRECTORY` default.
-pub const DEFAULT_APP_DIRECTORY: &str = "config";
 
 /// Fully resolved settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServeSettings {
-    /// The config files; unused when limits come over xDS.
-    pub config: PathBuf,
-    /// `CONFIG_TYPE=GRPC_XDS_SOTW`: limits come from a control plane, not from `config`.
-    pub xds: Option<xds::XdsSettings>,
+    /// Where the limits come from: files, or an xDS control plane.
+    pub source: SourceSettings,
+    /// Where the counters live: in this process, or Redis.
+    pub backend: Backend,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
     /// Where the config views are served apart from the HTTP port (`None`: on it).
@@ -63,24 +61,10 @@ pub struct ServeSettings {
     pub quota_mode: bool,
     /// `RESPONSE_DYNAMIC_METADATA`: describe the request in the answer's metadata.
     pub response_dynamic_metadata: bool,
-    /// `None`: the in-memory store (limits per process).
-    pub redis: Option<RedisOptions>,
     /// Keep answering (NOT_SERVING) this long after SIGTERM before closing.
     pub drain: Duration,
-    /// Watch the config for changes (else SIGHUP only).
-    pub watch: bool,
-    /// More paths whose swap means the config moved: `RUNTIME_ROOT` when the config
-    /// comes from the environment and `RUNTIME_WATCH_ROOT` is true (its default).
-    pub watch_anchors: Vec<PathBuf>,
-    /// Redis reachability is part of health (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
-    pub health_check_redis: bool,
-    /// A start-up config that does not validate ends the process (`--exit-on-invalid-config`)
-    /// instead of serving NOT_SERVING until a valid set loads, as envoyproxy/ratelimit does.
-    pub exit_on_invalid_config: bool,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: a served set without domains is NOT_SERVING.
     pub require_domains: bool,
-    /// `RUNTIME_IGNOREDOTFILES`; dot names are skipped either way (see README).
-    pub ignore_dotfiles: bool,
     /// envoyproxy/ratelimit variables that are set but have no effect, with why.
     pub ignored: Vec<(&'static str, &'static str)>,
     /// Response headers, jitter, replicas, local cache and breaker.
@@ -101,105 +85,81 @@ impl ServeSettings {
         if let Some(refused) = compat::refused(&var) {
             return Err(Error::Settings(refused));
         }
-
-        let flag_bool = |name: &str, default: bool| -> Result<bool, Error> {
-            match var(name) {
-                Some(v) => parse_bool(&v)
-                    .ok_or_else(|| Error::Settings(format!("{name}: '{v}' is not a boolean"))),
-                None => Ok(default),
-            }
-        };
-        // envoyproxy/ratelimit reads
-        // `<RUNTIME_ROOT>/<RUNTIME_SUBDIRECTORY>/<RUNTIME_APPDIRECTORY>/` and, with
-        // RUNTIME_WATCH_ROOT (its default), watches RUNTIME_ROOT for a symlink swap.
-        let watch_root = flag_bool("RUNTIME_WATCH_ROOT", true)?;
-        let ignore_dotfiles = flag_bool("RUNTIME_IGNOREDOTFILES", false)?;
-        let mut watch_anchors = Vec::new();
-        let config = match (&flags.config, var("RUNTIME_ROOT")) {
-            (Some(path), _) => path.clone(),
-            (None, Some(root)) => {
-                let mut path = PathBuf::from(&root);
-                if watch_root {
-                    watch_anchors.push(path.clone());
-                }
-                if let Some(sub) = var("RUNTIME_SUBDIRECTORY") {
-                    path.push(sub);
-                }
-                path.push(
-                    var("RUNTIME_APPDIRECTORY").unwrap_or_else(|| DEFAULT_APP_DIRECTORY.into()),
-                );
-                path
-            }
-            (None, None) => PathBuf::from(DEFAULT_CONFIG),
-        };
         let drain_seconds = flags.drain_seconds.unwrap_or(DEFAULT_DRAIN_SECONDS);
         if !(0.0..=MAX_DRAIN_SECONDS).contains(&drain_seconds) {
             return Err(Error::Settings(format!(
                 "--drain-seconds: {drain_seconds} is not between 0 and {MAX_DRAIN_SECONDS}"
             )));
         }
-        let health_check_redis = match flags.health_check_redis {
-            Some(check) => check,
-            None => flag_bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", true)?,
-        };
         let require_domains = match flags.healthy_with_at_least_one_config_loaded {
             Some(require) => require,
-            None => flag_bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+            None => env_bool(&var, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
         };
-        let grpc_addr = address(
-            flags.grpc_addr.clone(),
-            var("GRPC_HOST"),
-            var("GRPC_PORT"),
-            DEFAULT_GRPC_ADDR,
-            "--grpc-addr / GRPC_HOST:GRPC_PORT",
-        )?;
-        let http_addr = address(
-            flags.http_addr.clone(),
-            var("HOST"),
-            var("PORT"),
-            DEFAULT_HTTP_ADDR,
-            "--http-addr / HOST:PORT",
-        )?;
-        // envoyproxy/ratelimit always serves /rlconfig on its debug port (6070); here it
-        // is opt-in, so a deployment that sets nothing keeps everything on one port.
-        let debug_addr = match (&flags.debug_addr, var("DEBUG_PORT")) {
-            (None, None) => None,
-            (flag, port) => Some(address(
-                flag.clone(),
-                var("DEBUG_HOST"),
-                port,
-                DEFAULT_DEBUG_ADDR,
-                "--debug-addr / DEBUG_HOST:DEBUG_PORT",
-            )?),
-        };
-        let shadow_mode = flags.shadow_mode || flag_bool("SHADOW_MODE", false)?;
-        let quota_mode = flags.quota_mode || flag_bool("QUOTA_MODE", false)?;
-        let response_dynamic_metadata =
-            flags.response_dynamic_metadata || flag_bool("RESPONSE_DYNAMIC_METADATA", false)?;
-        let redis = redis::redis_options(flags, &var)?;
+        let protection = protection::resolve(flags, &var)?;
+        let (grpc_addr, http_addr, debug_addr) = addresses(flags, &var)?;
         Ok(Self {
-            config,
-            xds: xds::resolve(&var)?,
+            source: source::resolve(flags, &var)?,
+            backend: redis::backend(flags, &var, protection.memory_store_bytes)?,
             grpc_addr,
             http_addr,
             debug_addr,
-            shadow_mode,
-            quota_mode,
-            response_dynamic_metadata,
-            redis,
+            shadow_mode: flags.shadow_mode || env_bool(&var, "SHADOW_MODE", false)?,
+            quota_mode: flags.quota_mode || env_bool(&var, "QUOTA_MODE", false)?,
+            response_dynamic_metadata: flags.response_dynamic_metadata
+                || env_bool(&var, "RESPONSE_DYNAMIC_METADATA", false)?,
             drain: Duration::from_secs_f64(drain_seconds),
-            watch: !flags.no_watch,
-            watch_anchors,
-            health_check_redis,
-            exit_on_invalid_config: flags.exit_on_invalid_config,
             require_domains,
-            ignore_dotfiles,
             ignored: compat::ignored(&var),
-            protection: protection::resolve(flags, &var)?,
+            protection,
             grpc_tls: tls::grpc_tls(flags, &var)?,
             observability: observability::resolve(flags, &var)?,
         })
     }
+}
+
+/// A boolean variable in Go's spelling, or `default` when unset.
+fn env_bool(
+    var: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+    default: bool,
+) -> Result<bool, Error> {
+    var(name).map_or(Ok(default), |v| {
+        parse_bool(&v).ok_or_else(|| Error::Settings(format!("{name}: '{v}' is not a boolean")))
+    })
+}
+
+/// The gRPC, HTTP and (opt-in) debug addresses.
+fn addresses(
+    flags: &ServeFlags,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<(SocketAddr, SocketAddr, Option<SocketAddr>), Error> {
+    let grpc_addr = address(
+        flags.grpc_addr.clone(),
+        var("GRPC_HOST"),
+        var("GRPC_PORT"),
+        DEFAULT_GRPC_ADDR,
+        "--grpc-addr / GRPC_HOST:GRPC_PORT",
+    )?;
+    let http_addr = address(
+        flags.http_addr.clone(),
+        var("HOST"),
+        var("PORT"),
+        DEFAULT_HTTP_ADDR,
+        "--http-addr / HOST:PORT",
+    )?;
+    // envoyproxy/ratelimit always serves /rlconfig on its debug port (6070); here it
+    // is opt-in, so a deployment that sets nothing keeps everything on one port.
+    let debug_addr = match (&flags.debug_addr, var("DEBUG_PORT")) {
+        (None, None) => None,
+        (flag, port) => Some(address(
+            flag.clone(),
+            var("DEBUG_HOST"),
+            port,
+            DEFAULT_DEBUG_ADDR,
+            "--debug-addr / DEBUG_HOST:DEBUG_PORT",
+        )?),
+    };
+    Ok((grpc_addr, http_addr, debug_addr))
 }
 
 /// The flag wins; otherwise HOST and PORT override the default's parts one by one.

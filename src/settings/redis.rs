@@ -5,66 +5,47 @@
 
 use std::time::Duration;
 
-use super::{DEFAULT_REDIS_TIMEOUT_MS, REDIS_CONNECT_TIMEOUT, ServeFlags, parse_bool};
+use super::{DEFAULT_REDIS_TIMEOUT_MS, REDIS_CONNECT_TIMEOUT, RedisFlags, ServeFlags, env_bool};
 use crate::error::Error;
+use crate::store::Backend;
 use crate::store::redis::connect::{RedisOptions, RedisTarget, RedisTls};
+
+/// Redis when one is named (with `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`, or
+/// `--health-check-redis`, saying whether health follows it), else the memory store
+/// within `memory_store_bytes`.
+pub(super) fn backend(
+    flags: &ServeFlags,
+    var: &dyn Fn(&str) -> Option<String>,
+    memory_store_bytes: u64,
+) -> Result<Backend, Error> {
+    let Some(options) = redis_options(&flags.redis, var)? else {
+        return Ok(Backend::Memory {
+            max_bytes: memory_store_bytes,
+        });
+    };
+    let health_check = match flags.health_check_redis {
+        Some(check) => check,
+        None => env_bool(var, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", true)?,
+    };
+    Ok(Backend::Redis {
+        options: Box::new(options),
+        health_check,
+    })
+}
 
 /// `--redis-url` / `--redis-cluster` / `--redis-sentinel`, else envoyproxy/ratelimit's
 /// `REDIS_TYPE`, `REDIS_URL`, `REDIS_SOCKET_TYPE`, `REDIS_AUTH`, `REDIS_TLS`; no URL
 /// at all means no Redis.
 pub(super) fn redis_options(
-    flags: &ServeFlags,
+    flags: &RedisFlags,
     var: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<RedisOptions>, Error> {
-    let tls = match var("REDIS_TLS") {
-        Some(v) => parse_bool(&v)
-            .ok_or_else(|| Error::Settings(format!("REDIS_TLS: '{v}' is not a boolean")))?,
-        None => false,
-    };
-    let unix = var("REDIS_SOCKET_TYPE").is_some_and(|t| t.eq_ignore_ascii_case("unix"));
+    let tls = env_bool(var, "REDIS_TLS", false)?;
     let sentinel_auth = var("REDIS_SENTINEL_AUTH");
-    let given = [
-        flags.redis_url.is_some(),
-        flags.redis_cluster.is_some(),
-        flags.redis_sentinel.is_some(),
-    ];
-    if given.iter().filter(|g| **g).count() > 1 {
-        return Err(Error::Settings(
-            "--redis-url, --redis-cluster and --redis-sentinel exclude each other".into(),
-        ));
-    }
-    let target = match (
-        &flags.redis_url,
-        &flags.redis_cluster,
-        &flags.redis_sentinel,
-    ) {
-        (Some(url), _, _) => RedisTarget::Standalone(to_url(url, tls, false)),
-        (_, Some(nodes), _) => RedisTarget::Cluster(split_nodes(nodes, tls)?),
-        (_, _, Some(list)) => sentinel(list, tls, sentinel_auth.clone())?,
-        (None, None, None) => {
-            let Some(url) = var("REDIS_URL") else {
-                return Ok(None);
-            };
-            match var("REDIS_TYPE")
-                .unwrap_or_else(|| "single".into())
-                .to_ascii_lowercase()
-                .as_str()
-            {
-                "single" => RedisTarget::Standalone(to_url(&url, tls, unix)),
-                "cluster" => RedisTarget::Cluster(split_nodes(&url, tls)?),
-                "sentinel" => sentinel(&url, tls, sentinel_auth.clone())?,
-                other => {
-                    return Err(Error::Settings(format!(
-                        "REDIS_TYPE: '{other}' is not supported (expected single, cluster or sentinel)"
-                    )));
-                }
-            }
-        }
+    let Some(target) = target(flags, var, tls, sentinel_auth.clone())? else {
+        return Ok(None);
     };
-    let timeout_ms = match flags.redis_timeout_ms {
-        Some(ms) => ms,
-        None => DEFAULT_REDIS_TIMEOUT_MS,
-    };
+    let timeout_ms = flags.redis_timeout_ms.unwrap_or(DEFAULT_REDIS_TIMEOUT_MS);
     if timeout_ms == 0 {
         return Err(Error::Settings(
             "--redis-timeout-ms must be at least 1".into(),
@@ -103,6 +84,55 @@ pub(super) fn redis_options(
         timeout: Duration::from_millis(timeout_ms),
         connect_timeout: REDIS_CONNECT_TIMEOUT,
     }))
+}
+
+/// Which Redis: one flag (they exclude each other), else `REDIS_TYPE` and `REDIS_URL`.
+fn target(
+    flags: &RedisFlags,
+    var: &dyn Fn(&str) -> Option<String>,
+    tls: bool,
+    sentinel_auth: Option<String>,
+) -> Result<Option<RedisTarget>, Error> {
+    let given = [
+        flags.redis_url.is_some(),
+        flags.redis_cluster.is_some(),
+        flags.redis_sentinel.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() > 1 {
+        return Err(Error::Settings(
+            "--redis-url, --redis-cluster and --redis-sentinel exclude each other".into(),
+        ));
+    }
+    let target = match (
+        &flags.redis_url,
+        &flags.redis_cluster,
+        &flags.redis_sentinel,
+    ) {
+        (Some(url), _, _) => RedisTarget::Standalone(to_url(url, tls, false)),
+        (_, Some(nodes), _) => RedisTarget::Cluster(split_nodes(nodes, tls)?),
+        (_, _, Some(list)) => sentinel(list, tls, sentinel_auth)?,
+        (None, None, None) => {
+            let Some(url) = var("REDIS_URL") else {
+                return Ok(None);
+            };
+            let unix = var("REDIS_SOCKET_TYPE").is_some_and(|t| t.eq_ignore_ascii_case("unix"));
+            match var("REDIS_TYPE")
+                .unwrap_or_else(|| "single".into())
+                .to_ascii_lowercase()
+                .as_str()
+            {
+                "single" => RedisTarget::Standalone(to_url(&url, tls, unix)),
+                "cluster" => RedisTarget::Cluster(split_nodes(&url, tls)?),
+                "sentinel" => sentinel(&url, tls, sentinel_auth)?,
+                other => {
+                    return Err(Error::Settings(format!(
+                        "REDIS_TYPE: '{other}' is not supported (expected single, cluster or sentinel)"
+                    )));
+                }
+            }
+        }
+    };
+    Ok(Some(target))
 }
 
 /// envoyproxy/ratelimit takes `host:port` (or a socket path); we also take URLs.
@@ -169,7 +199,7 @@ fn uses_tls(target: &RedisTarget) -> bool {
 mod tests {
     use super::*;
 
-    fn options(flags: &ServeFlags, pairs: &[(&str, &str)]) -> Result<Option<RedisOptions>, Error> {
+    fn options(flags: &RedisFlags, pairs: &[(&str, &str)]) -> Result<Option<RedisOptions>, Error> {
         let pairs: Vec<(String, String)> = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -185,7 +215,7 @@ mod tests {
     #[test]
     fn sentinel_in_envoyproxy_ratelimit_form() {
         let o = options(
-            &ServeFlags::default(),
+            &RedisFlags::default(),
             &[
                 ("REDIS_TYPE", "sentinel"),
                 ("REDIS_URL", "mymaster,10.0.0.1:26379, 10.0.0.2:26379"),
@@ -211,9 +241,9 @@ mod tests {
             !shown.contains("s3cret") && !shown.contains("pw"),
             "{shown}"
         );
-        let flag = ServeFlags {
+        let flag = RedisFlags {
             redis_sentinel: Some("g,127.0.0.1:1".into()),
-            ..ServeFlags::default()
+            ..RedisFlags::default()
         };
         assert!(matches!(
             options(&flag, &[]).unwrap().unwrap().target,
@@ -225,13 +255,13 @@ mod tests {
     fn sentinel_mistakes_are_named() {
         for bad in ["10.0.0.1:26379,10.0.0.2:26379", "mymaster", ""] {
             let e = options(
-                &ServeFlags::default(),
+                &RedisFlags::default(),
                 &[("REDIS_TYPE", "sentinel"), ("REDIS_URL", bad)],
             );
             assert!(e.is_err(), "{bad:?} accepted");
         }
         let stray = options(
-            &ServeFlags::default(),
+            &RedisFlags::default(),
             &[("REDIS_URL", "h:1"), ("REDIS_SENTINEL_AUTH", "x")],
         );
         assert!(stray.unwrap_err().to_string().contains("Sentinel"));
@@ -240,12 +270,12 @@ mod tests {
     #[test]
     fn tls_files_need_tls() {
         let plain = options(
-            &ServeFlags::default(),
+            &RedisFlags::default(),
             &[("REDIS_URL", "h:1"), ("REDIS_TLS_CACERT", "/ca.pem")],
         );
         assert!(plain.unwrap_err().to_string().contains("REDIS_TLS=true"));
         let o = options(
-            &ServeFlags::default(),
+            &RedisFlags::default(),
             &[
                 ("REDIS_URL", "h:1"),
                 ("REDIS_TLS", "true"),

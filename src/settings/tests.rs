@@ -1,8 +1,10 @@
 //! Unit tests of settings resolution: defaults, environment, flags winning, Redis.
 
 use super::*;
-use crate::store::redis::connect::RedisTarget;
+use crate::store::memory::DEFAULT_MAX_BYTES;
+use crate::store::redis::connect::{RedisOptions, RedisTarget};
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 fn resolve(flags: ServeFlags, vars: &[(&str, &str)]) -> Result<ServeSettings, Error> {
     let map: HashMap<String, String> = vars
@@ -12,20 +14,42 @@ fn resolve(flags: ServeFlags, vars: &[(&str, &str)]) -> Result<ServeSettings, Er
     ServeSettings::resolve(&flags, &|name| map.get(name).cloned())
 }
 
+fn files(s: &ServeSettings) -> &FileSettings {
+    s.source.files().expect("limits from files")
+}
+
+fn redis_of(s: ServeSettings) -> RedisOptions {
+    s.backend.redis().cloned().expect("Redis")
+}
+
+/// Whether health follows Redis, for settings that name one.
+fn health_checks_redis(s: &ServeSettings) -> bool {
+    assert!(s.backend.redis().is_some(), "{:?}", s.backend);
+    s.backend.probed()
+}
+
 #[test]
 fn defaults_match_envoyproxy_ratelimit() {
     let s = resolve(ServeFlags::default(), &[]).unwrap();
-    assert_eq!(s.config, PathBuf::from("config"));
+    assert_eq!(files(&s).path, PathBuf::from("config"));
     assert_eq!(s.grpc_addr, "0.0.0.0:8081".parse().unwrap());
     assert_eq!(s.http_addr, "0.0.0.0:8080".parse().unwrap());
     assert!(!s.shadow_mode);
     assert_eq!(s.drain, Duration::from_secs(5));
-    assert!(s.watch);
+    assert!(files(&s).watch);
     assert!(
-        s.watch_anchors.is_empty(),
+        files(&s).watch_anchors.is_empty(),
         "no RUNTIME_ROOT, nothing more to watch"
     );
-    assert!(s.health_check_redis);
+    assert_eq!(
+        s.backend,
+        Backend::Memory {
+            max_bytes: DEFAULT_MAX_BYTES
+        }
+    );
+    assert!(!s.backend.probed(), "the memory store always answers");
+    let s = resolve(ServeFlags::default(), &[("REDIS_URL", "h:1")]).unwrap();
+    assert!(health_checks_redis(&s));
 }
 
 #[test]
@@ -38,8 +62,8 @@ fn runtime_watch_root_and_app_directory() {
         ],
     )
     .unwrap();
-    assert_eq!(s.config, PathBuf::from("/srv/current/rl"));
-    assert_eq!(s.watch_anchors, vec![PathBuf::from("/srv/current")]);
+    assert_eq!(files(&s).path, PathBuf::from("/srv/current/rl"));
+    assert_eq!(files(&s).watch_anchors, vec![PathBuf::from("/srv/current")]);
     let s = resolve(
         ServeFlags::default(),
         &[
@@ -47,14 +71,15 @@ fn runtime_watch_root_and_app_directory() {
             ("RUNTIME_SUBDIRECTORY", "ratelimit"),
             ("RUNTIME_WATCH_ROOT", "false"),
             ("RUNTIME_IGNOREDOTFILES", "true"),
+            ("REDIS_URL", "h:1"),
             ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false"),
         ],
     )
     .unwrap();
-    assert_eq!(s.config, PathBuf::from("/data/ratelimit/config"));
-    assert!(s.watch_anchors.is_empty());
-    assert!(s.ignore_dotfiles);
-    assert!(!s.health_check_redis);
+    assert_eq!(files(&s).path, PathBuf::from("/data/ratelimit/config"));
+    assert!(files(&s).watch_anchors.is_empty());
+    assert!(files(&s).ignore_dotfiles);
+    assert!(!health_checks_redis(&s));
     let flags = ServeFlags {
         config: Some("mine".into()),
         drain_seconds: Some(0.5),
@@ -66,17 +91,18 @@ fn runtime_watch_root_and_app_directory() {
         flags,
         &[
             ("RUNTIME_ROOT", "/x"),
+            ("REDIS_URL", "h:1"),
             ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false"),
         ],
     )
     .unwrap();
     assert!(
-        s.watch_anchors.is_empty(),
+        files(&s).watch_anchors.is_empty(),
         "--config: RUNTIME_ROOT is not used"
     );
     assert_eq!(s.drain, Duration::from_millis(500));
-    assert!(!s.watch);
-    assert!(s.health_check_redis, "the flag wins");
+    assert!(!files(&s).watch);
+    assert!(health_checks_redis(&s), "the flag wins");
     let err = resolve(
         ServeFlags {
             drain_seconds: Some(-1.0),
@@ -106,7 +132,7 @@ fn environment_applies_when_flags_are_absent() {
     ];
     let s = resolve(ServeFlags::default(), &vars).unwrap();
     assert_eq!(
-        s.config,
+        files(&s).path,
         PathBuf::from("/srv/runtime_data/current/ratelimit/config")
     );
     assert_eq!(s.grpc_addr, "127.0.0.1:9001".parse().unwrap());
@@ -127,20 +153,23 @@ fn flags_win_over_environment() {
         &[("RUNTIME_ROOT", "/x"), ("GRPC_PORT", "9"), ("PORT", "8")],
     )
     .unwrap();
-    assert_eq!(s.config, PathBuf::from("mine"));
+    assert_eq!(files(&s).path, PathBuf::from("mine"));
     assert_eq!(s.grpc_addr.port(), 1);
     assert_eq!(s.http_addr.port(), 2);
 }
 
 #[test]
 fn redis_from_environment() {
-    assert_eq!(resolve(ServeFlags::default(), &[]).unwrap().redis, None);
+    assert_eq!(
+        resolve(ServeFlags::default(), &[]).unwrap().backend.redis(),
+        None
+    );
     let s = resolve(
         ServeFlags::default(),
         &[("REDIS_URL", "localhost:6379"), ("REDIS_AUTH", "user:pw")],
     )
     .unwrap();
-    let redis = s.redis.unwrap();
+    let redis = redis_of(s);
     assert_eq!(
         redis.target,
         RedisTarget::Standalone("redis://localhost:6379".into())
@@ -160,7 +189,7 @@ fn redis_from_environment() {
         ],
     )
     .unwrap();
-    let redis = s.redis.unwrap();
+    let redis = redis_of(s);
     assert_eq!(
         redis.target,
         RedisTarget::Cluster(vec!["rediss://a:1".into(), "rediss://b:2".into()])
@@ -171,17 +200,23 @@ fn redis_from_environment() {
 #[test]
 fn redis_flags_win_and_are_checked() {
     let flags = ServeFlags {
-        redis_cluster: Some("127.0.0.1:7000".into()),
+        redis: RedisFlags {
+            redis_cluster: Some("127.0.0.1:7000".into()),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let s = resolve(flags, &[("REDIS_URL", "elsewhere:1")]).unwrap();
     assert_eq!(
-        s.redis.unwrap().target,
+        redis_of(s).target,
         RedisTarget::Cluster(vec!["redis://127.0.0.1:7000".into()])
     );
     let both = ServeFlags {
-        redis_url: Some("redis://a".into()),
-        redis_cluster: Some("b:1".into()),
+        redis: RedisFlags {
+            redis_url: Some("redis://a".into()),
+            redis_cluster: Some("b:1".into()),
+            ..Default::default()
+        },
         ..Default::default()
     };
     assert!(resolve(both, &[]).is_err());
@@ -260,7 +295,7 @@ fn config_views_move_to_the_debug_port_only_when_asked() {
 #[test]
 fn limits_over_xds_replace_the_config_path() {
     let s = resolve(ServeFlags::default(), &[]).unwrap();
-    assert_eq!(s.xds, None, "files unless asked");
+    assert!(s.source.files().is_some(), "files unless asked");
     let s = resolve(
         ServeFlags::default(),
         &[
@@ -270,8 +305,31 @@ fn limits_over_xds_replace_the_config_path() {
         ],
     )
     .unwrap();
-    let xds = s.xds.unwrap();
+    let SourceSettings::Xds(xds) = s.source else {
+        panic!("xDS asked for: {:?}", s.source);
+    };
     assert_eq!(xds.node_id, "envoy-ratelimit");
     assert!(xds.force_start_without_initial_config);
     assert!(s.ignored.is_empty(), "{:?}", s.ignored);
+}
+
+/// `--help` states the Redis budget's default (clap cannot read it from the constant).
+#[test]
+fn help_names_the_redis_timeout_default() {
+    use clap::CommandFactory;
+    #[derive(clap::Parser)]
+    struct Serve {
+        #[command(flatten)]
+        flags: ServeFlags,
+    }
+    let help = Serve::command().render_long_help().to_string();
+    let line = help
+        .lines()
+        .skip_while(|l| !l.contains("--redis-timeout-ms"))
+        .take(3)
+        .collect::<String>();
+    assert!(
+        line.contains(&format!("[default: {DEFAULT_REDIS_TIMEOUT_MS}]")),
+        "{line}"
+    );
 }

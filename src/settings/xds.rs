@@ -1,12 +1,12 @@
-//! Settings of the xDS config source, with envoyproxy/ratelimit's names and defaults:
-//! `CONFIG_TYPE` (`FILE`, the default, or `GRPC_XDS_SOTW`), `CONFIG_GRPC_XDS_*`,
-//! `XDS_CLIENT_*` and `FORCE_START_WITHOUT_INITIAL_CONFIG`. Only values are resolved
-//! here; `crate::xds` reads the certificate files when it dials.
+//! Settings of the xDS config source (`CONFIG_TYPE=GRPC_XDS_SOTW`, which
+//! [`super::source`] reads), with envoyproxy/ratelimit's names and defaults:
+//! `CONFIG_GRPC_XDS_*`, `XDS_CLIENT_*` and `FORCE_START_WITHOUT_INITIAL_CONFIG`. Only
+//! values are resolved here; `crate::xds` reads the certificate files when it dials.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::parse_bool;
+use super::env_bool;
 use crate::error::Error;
 
 /// upstream's `CONFIG_GRPC_XDS_NODE_ID` default.
@@ -82,106 +82,118 @@ impl Default for Backoff {
     }
 }
 
-/// `None` for `CONFIG_TYPE=FILE` (or unset); refuses any other type.
-pub(super) fn resolve(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<XdsSettings>, Error> {
-    match var("CONFIG_TYPE") {
-        None => return Ok(None),
-        Some(t) if t.trim().eq_ignore_ascii_case("FILE") => return Ok(None),
-        Some(t) if t.trim().eq_ignore_ascii_case("GRPC_XDS_SOTW") => {}
-        Some(other) => {
-            return Err(Error::Settings(format!(
-                "CONFIG_TYPE={other}: expected FILE or GRPC_XDS_SOTW"
-            )));
-        }
-    }
-    let setting = |name: &str, what: String| Error::Settings(format!("{name}: {what}"));
-    let boolean = |name: &str, default: bool| -> Result<bool, Error> {
-        var(name).map_or(Ok(default), |v| {
-            parse_bool(&v).ok_or_else(|| setting(name, format!("'{v}' is not a boolean")))
-        })
-    };
-    // Every duration here is a wait between attempts: zero would retry in a busy loop.
-    let duration = |name: &str, default: Duration| -> Result<Duration, Error> {
-        let Some(v) = var(name) else {
-            return Ok(default);
-        };
-        match go_duration(&v) {
-            None => Err(setting(
-                name,
-                format!("'{v}' is not a duration (such as 500ms, 3s, 1m30s)"),
-            )),
-            Some(d) if d.is_zero() => Err(setting(name, format!("'{v}': must be above zero"))),
-            Some(d) if d > MAX_RETRY_INTERVAL => Err(setting(
-                name,
-                format!("'{v}': must be at most {}s", MAX_RETRY_INTERVAL.as_secs()),
-            )),
-            Some(d) => Ok(d),
-        }
-    };
-    let backoff = Backoff {
-        initial: duration(
-            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
-            DEFAULT_BACKOFF_INITIAL,
-        )?,
-        max: duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", DEFAULT_BACKOFF_MAX)?,
-        random_factor: match var("XDS_CLIENT_BACKOFF_RANDOM_FACTOR") {
-            None => DEFAULT_BACKOFF_RANDOM_FACTOR,
-            Some(v) => v
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|f| (0.0..=1.0).contains(f))
-                .ok_or_else(|| {
-                    setting(
-                        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
-                        format!("'{v}' is not a number between 0 and 1"),
-                    )
-                })?,
-        },
-        jitter: boolean("XDS_CLIENT_BACKOFF_JITTER", true)?,
-    };
-    let max_message_bytes = match var("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES") {
-        None => None,
-        // upstream: 0 keeps gRPC's default.
-        Some(v) => match v.trim().parse::<usize>() {
-            Ok(0) => None,
-            Ok(n) => Some(n),
-            Err(_) => {
-                return Err(setting(
-                    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
-                    format!("'{v}' is not a byte count"),
-                ));
-            }
-        },
-    };
-    let tls = boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)?.then(|| XdsTls {
-        client_cert: var("CONFIG_GRPC_XDS_CLIENT_TLS_CERT").map(PathBuf::from),
-        client_key: var("CONFIG_GRPC_XDS_CLIENT_TLS_KEY").map(PathBuf::from),
-        server_ca: var("CONFIG_GRPC_XDS_SERVER_TLS_CACERT").map(PathBuf::from),
-        server_san: var("CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
-    });
-    if let Some(tls) = &tls
-        && tls.client_cert.is_some() != tls.client_key.is_some()
-    {
-        return Err(Error::Settings(
-            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together".into(),
-        ));
-    }
-    Ok(Some(XdsSettings {
+/// The xDS source's settings (`CONFIG_TYPE=GRPC_XDS_SOTW`, which `source.rs` read).
+pub(super) fn resolve(var: &dyn Fn(&str) -> Option<String>) -> Result<XdsSettings, Error> {
+    Ok(XdsSettings {
         server_url: var("CONFIG_GRPC_XDS_SERVER_URL").unwrap_or_else(|| DEFAULT_SERVER_URL.into()),
         node_id: var("CONFIG_GRPC_XDS_NODE_ID").unwrap_or_else(|| DEFAULT_NODE_ID.into()),
         // upstream skips entries without '=' silently; so do we.
         node_metadata: pairs(var("CONFIG_GRPC_XDS_NODE_METADATA"), '='),
-        connect_retry_interval: duration(
+        connect_retry_interval: retry_wait(
+            var,
             "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
             DEFAULT_CONNECT_RETRY_INTERVAL,
         )?,
         additional_headers: headers(var("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"))?,
-        tls,
-        backoff,
-        max_message_bytes,
-        force_start_without_initial_config: boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
-    }))
+        tls: tls(var)?,
+        backoff: backoff(var)?,
+        max_message_bytes: max_message_bytes(var)?,
+        force_start_without_initial_config: env_bool(
+            var,
+            "FORCE_START_WITHOUT_INITIAL_CONFIG",
+            false,
+        )?,
+    })
+}
+
+fn setting(name: &str, what: String) -> Error {
+    Error::Settings(format!("{name}: {what}"))
+}
+
+/// A wait between attempts, as a Go duration: zero would retry in a busy loop, and
+/// beyond [`MAX_RETRY_INTERVAL`] a replica would be without its control plane for good.
+fn retry_wait(
+    var: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+    default: Duration,
+) -> Result<Duration, Error> {
+    let Some(v) = var(name) else {
+        return Ok(default);
+    };
+    match go_duration(&v) {
+        None => Err(setting(
+            name,
+            format!("'{v}' is not a duration (such as 500ms, 3s, 1m30s)"),
+        )),
+        Some(d) if d.is_zero() => Err(setting(name, format!("'{v}': must be above zero"))),
+        Some(d) if d > MAX_RETRY_INTERVAL => Err(setting(
+            name,
+            format!("'{v}': must be at most {}s", MAX_RETRY_INTERVAL.as_secs()),
+        )),
+        Some(d) => Ok(d),
+    }
+}
+
+/// `XDS_CLIENT_BACKOFF_*`.
+fn backoff(var: &dyn Fn(&str) -> Option<String>) -> Result<Backoff, Error> {
+    let random_factor = match var("XDS_CLIENT_BACKOFF_RANDOM_FACTOR") {
+        None => DEFAULT_BACKOFF_RANDOM_FACTOR,
+        Some(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|f| (0.0..=1.0).contains(f))
+            .ok_or_else(|| {
+                setting(
+                    "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+                    format!("'{v}' is not a number between 0 and 1"),
+                )
+            })?,
+    };
+    Ok(Backoff {
+        initial: retry_wait(
+            var,
+            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+            DEFAULT_BACKOFF_INITIAL,
+        )?,
+        max: retry_wait(var, "XDS_CLIENT_BACKOFF_MAX_INTERVAL", DEFAULT_BACKOFF_MAX)?,
+        random_factor,
+        jitter: env_bool(var, "XDS_CLIENT_BACKOFF_JITTER", true)?,
+    })
+}
+
+/// `XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES`; upstream's 0 keeps gRPC's default.
+fn max_message_bytes(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<usize>, Error> {
+    let Some(v) = var("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES") else {
+        return Ok(None);
+    };
+    match v.trim().parse::<usize>() {
+        Ok(0) => Ok(None),
+        Ok(n) => Ok(Some(n)),
+        Err(_) => Err(setting(
+            "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+            format!("'{v}' is not a byte count"),
+        )),
+    }
+}
+
+/// `CONFIG_GRPC_XDS_SERVER_USE_TLS` and its files.
+fn tls(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<XdsTls>, Error> {
+    if !env_bool(var, "CONFIG_GRPC_XDS_SERVER_USE_TLS", false)? {
+        return Ok(None);
+    }
+    let tls = XdsTls {
+        client_cert: var("CONFIG_GRPC_XDS_CLIENT_TLS_CERT").map(PathBuf::from),
+        client_key: var("CONFIG_GRPC_XDS_CLIENT_TLS_KEY").map(PathBuf::from),
+        server_ca: var("CONFIG_GRPC_XDS_SERVER_TLS_CACERT").map(PathBuf::from),
+        server_san: var("CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
+    };
+    if tls.client_cert.is_some() != tls.client_key.is_some() {
+        return Err(Error::Settings(
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together".into(),
+        ));
+    }
+    Ok(Some(tls))
 }
 
 /// `k<sep>v,k<sep>v`, entries without the separator skipped.
@@ -254,27 +266,14 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn resolve_with(vars: &[(&str, &str)]) -> Result<Option<XdsSettings>, Error> {
+    fn resolve_with(vars: &[(&str, &str)]) -> Result<XdsSettings, Error> {
         let map: HashMap<&str, &str> = vars.iter().copied().collect();
         resolve(&|name| map.get(name).map(|v| (*v).to_owned()))
     }
 
     #[test]
-    fn file_is_the_default_and_unknown_types_are_refused() {
-        assert_eq!(resolve_with(&[]).unwrap(), None);
-        assert_eq!(resolve_with(&[("CONFIG_TYPE", "file")]).unwrap(), None);
-        let err = resolve_with(&[("CONFIG_TYPE", "GRPC_XDS_DELTA")]).unwrap_err();
-        assert!(
-            err.to_string().contains("expected FILE or GRPC_XDS_SOTW"),
-            "{err}"
-        );
-    }
-
-    #[test]
     fn upstream_defaults() {
-        let s = resolve_with(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")])
-            .unwrap()
-            .unwrap();
+        let s = resolve_with(&[]).unwrap();
         assert_eq!(s.server_url, "localhost:18000");
         assert_eq!(s.node_id, "default");
         assert_eq!(s.connect_retry_interval, Duration::from_secs(3));
@@ -303,7 +302,6 @@ mod tests {
             ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "250ms"),
             ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "8388608"),
         ])
-        .unwrap()
         .unwrap();
         assert_eq!(s.node_id, "envoy-ratelimit");
         let tls = s.tls.unwrap();
@@ -338,7 +336,7 @@ mod tests {
             ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "novalue"),
             ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "-1"),
         ] {
-            let err = resolve_with(&[("CONFIG_TYPE", "GRPC_XDS_SOTW"), (name, value)]).unwrap_err();
+            let err = resolve_with(&[(name, value)]).unwrap_err();
             assert!(err.to_string().contains(name), "{err}");
         }
     }

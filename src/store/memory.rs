@@ -116,17 +116,9 @@ impl Expiry<CounterKey, Slot> for UntilExpired {
 /// sliding log's timestamps) and [`ENTRY_OVERHEAD`].
 fn weigh(key: &CounterKey, slot: &Slot) -> u32 {
     let spilled = key.entries_heap_bytes();
-    let state = state_bytes(&read(slot).state);
+    let state = read(slot).state.heap_bytes();
     let fixed = std::mem::size_of::<CounterKey>() + std::mem::size_of::<Entry>();
     u32::try_from(ENTRY_OVERHEAD + fixed + spilled + state).unwrap_or(u32::MAX)
-}
-
-/// A state's own heap bytes (a sliding log's timestamps).
-fn state_bytes(state: &State) -> usize {
-    match state {
-        State::SlidingLog(log) => log.hits.capacity() * 8,
-        _ => 0,
-    }
 }
 
 impl MemoryStore {
@@ -234,7 +226,7 @@ impl MemoryStore {
     fn write(&self, key: &CounterKey, slot: Option<&Slot>, entry: Entry) {
         if let Some(slot) = slot {
             let mut current = read(slot);
-            if state_bytes(&current.state) == state_bytes(&entry.state) {
+            if current.state.heap_bytes() == entry.state.heap_bytes() {
                 let same_expiry = current.expires_ms == entry.expires_ms;
                 *current = entry;
                 drop(current);

@@ -1,9 +1,11 @@
 //! The store seam: a batch of counter operations in, one decision per operation out,
 //! decided atomically for the batch. Implementations: [`memory`] (one process) and
-//! [`redis`] (standalone or cluster, shared by every replica); wrappers: [`breaker`]
-//! (fail fast while the store is down), [`cache`] (answer known denials locally) and
-//! [`metered`] (time and count the calls that reach the backend).
+//! [`redis`] (standalone, Sentinel or cluster, shared by every replica), chosen once
+//! as a [`Backend`] that [`stack`] builds the server's store from; wrappers:
+//! [`breaker`] (fail fast while the store is down), [`cache`] (answer known denials
+//! locally) and [`metered`] (time and count the calls that reach the backend).
 
+pub mod backend;
 pub mod breaker;
 pub mod cache;
 pub mod memory;
@@ -19,6 +21,7 @@ use std::sync::Arc;
 use compact_str::CompactString;
 use smallvec::SmallVec;
 
+pub use self::backend::Backend;
 use crate::algorithm::{Algorithm, Decision, Params};
 use crate::metrics::BackendErrorKind;
 

@@ -1,8 +1,8 @@
-//! The store a server runs on: Redis (standalone or cluster) behind the circuit
-//! breaker and the local over-limit cache, or the in-memory store when no Redis is
-//! configured. The order matters: the cache answers known denials before anything
-//! else; the breaker sees only calls that really go to Redis. A cluster has one
-//! breaker per master inside the store (`redis/nodes.rs`) and none around it, so
+//! The store a server runs on, built from its [`Backend`]: Redis (standalone,
+//! Sentinel or Cluster) behind the circuit breaker and the local over-limit cache, or
+//! the in-memory store. The order matters: the cache answers known denials before
+//! anything else; the breaker sees only calls that really go to Redis. A cluster has
+//! one breaker per master inside the store (`redis/nodes.rs`) and none around it, so
 //! one stalled master cannot open a breaker for every request. With metrics, the
 //! calls that pass the cache are timed and counted ([`Metered`]) on their way to the
 //! breaker (the memory store is metered too). Redis need not be up at start-up: the
@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use super::backend::Backend;
 use super::breaker::{Breaker, BreakerOptions};
 use super::cache::OverLimitCache;
 use super::memory::MemoryStore;
@@ -20,27 +21,43 @@ use super::{Store, StoreError};
 use crate::metrics::Metrics;
 use crate::telemetry::Json;
 
-/// The server's store; with `metrics`, every call that reaches the backend is recorded.
+/// The server's store on `backend`; with `metrics`, every call that reaches the
+/// backend is recorded. `breaker` and `local_cache_bytes` protect a remote backend.
 pub async fn build(
-    redis: Option<&RedisOptions>,
+    backend: &Backend,
     breaker: BreakerOptions,
     local_cache_bytes: u64,
-    memory_store_bytes: u64,
     metrics: Option<&Arc<Metrics>>,
 ) -> Result<Arc<dyn Store>, StoreError> {
-    let Some(options) = redis else {
-        tracing::warn!(
-            event = "memory_store",
-            "no Redis configured: using the in-memory store, so every limit is counted per process; \
-             with N replicas a client may get up to N times its limit"
-        );
-        let evictions = metrics.map(|m| m.memory_store_evictions("memory"));
-        let memory = MemoryStore::bounded(memory_store_bytes, "memory", evictions);
-        return Ok(match metrics {
-            Some(metrics) => Arc::new(Metered::new(memory, metrics.clone())),
-            None => Arc::new(memory),
-        });
-    };
+    match backend {
+        Backend::Memory { max_bytes } => Ok(memory(*max_bytes, metrics)),
+        Backend::Redis { options, .. } => {
+            redis(options, backend.kind(), breaker, local_cache_bytes, metrics).await
+        }
+    }
+}
+
+fn memory(max_bytes: u64, metrics: Option<&Arc<Metrics>>) -> Arc<dyn Store> {
+    tracing::warn!(
+        event = "memory_store",
+        "no Redis configured: using the in-memory store, so every limit is counted per process; \
+         with N replicas a client may get up to N times its limit"
+    );
+    let evictions = metrics.map(|m| m.memory_store_evictions("memory"));
+    let memory = MemoryStore::bounded(max_bytes, "memory", evictions);
+    match metrics {
+        Some(metrics) => Arc::new(Metered::new(memory, metrics.clone())),
+        None => Arc::new(memory),
+    }
+}
+
+async fn redis(
+    options: &RedisOptions,
+    kind: &'static str,
+    breaker: BreakerOptions,
+    local_cache_bytes: u64,
+    metrics: Option<&Arc<Metrics>>,
+) -> Result<Arc<dyn Store>, StoreError> {
     // Redis away at start-up is not an error: the store fails fast and keeps
     // connecting, so a pod started during an outage serves by failure_mode instead of
     // crash-looping. Only settings no retry can fix stop the start.
@@ -53,7 +70,7 @@ pub async fn build(
         local_cache_bytes
     };
     if redis.is_connected() {
-        log_connected(options, breaker, local_cache_bytes);
+        log_connected(options, kind, breaker, local_cache_bytes);
     }
     if redis.breaks_per_node() {
         return Ok(metered(redis, metrics, local_cache_bytes));
@@ -76,14 +93,18 @@ fn metered<S: Store>(
 
 /// One field per fact, so JSON logs carry values rather than a Debug dump; the
 /// addresses never carry credentials.
-fn log_connected(options: &RedisOptions, breaker: BreakerOptions, local_cache_bytes: u64) {
-    let (kind, addresses, master) = match &options.target {
-        RedisTarget::Standalone(url) => ("standalone", vec![redact(url)], None),
-        RedisTarget::Cluster(urls) => ("cluster", urls.iter().map(|u| redact(u)).collect(), None),
+fn log_connected(
+    options: &RedisOptions,
+    kind: &'static str,
+    breaker: BreakerOptions,
+    local_cache_bytes: u64,
+) {
+    let (addresses, master) = match &options.target {
+        RedisTarget::Standalone(url) => (vec![redact(url)], None),
+        RedisTarget::Cluster(urls) => (urls.iter().map(|u| redact(u)).collect(), None),
         RedisTarget::Sentinel {
             master, sentinels, ..
         } => (
-            "sentinel",
             sentinels.iter().map(|u| redact(u)).collect(),
             Some(master.as_str()),
         ),

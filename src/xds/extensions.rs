@@ -108,7 +108,6 @@ fn number(n: f64) -> Json {
     const EXACT: f64 = 9_007_199_254_740_992.0;
     if n.fract() == 0.0 && n.abs() <= EXACT {
         // In range and whole, so the cast is exact.
-        #[allow(clippy::cast_possible_truncation)]
         return Json::Number(Number::from(n as i64));
     }
     Number::from_f64(n).map_or(Json::Null, Json::Number)

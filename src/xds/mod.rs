@@ -5,15 +5,18 @@
 //! [`translate`] turns a response's resources into a [`crate::config::Config`] through
 //! the file loader (with [`extensions`] for tollgate's own fields); [`client`] runs
 //! the stream (ACK, NACK with the errors, reconnect with [`backoff`]); [`connect`]
-//! dials the control plane (TLS, mTLS, extra headers).
+//! dials the control plane (TLS, mTLS, extra headers); [`source`] is the config
+//! source `serve` starts ([`crate::server::reload::Source`]).
 
 pub mod backoff;
 pub mod client;
 pub mod connect;
 pub mod extensions;
+pub mod source;
 pub mod translate;
 
 pub use client::XdsClient;
+pub use source::XdsSource;
 pub use translate::{RATE_LIMIT_CONFIG_TYPE, compile};
 
 /// Why the control plane could not be used.

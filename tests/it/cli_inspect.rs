@@ -112,7 +112,8 @@ async fn consume_three_then_inspect(cluster: bool) {
     assert_eq!(field(&stdout, "t=a", "remaining"), "7", "{stdout}");
     for d in ["k=a", "t=a"] {
         let ttl = field(&stdout, d, "ttl");
-        let secs: f64 = ttl.trim_end_matches('s').parse().unwrap_or(-1.0);
+        let value = ttl.split_whitespace().next().unwrap_or_default();
+        let secs: f64 = value.trim_end_matches('s').parse().unwrap_or(-1.0);
         assert!(secs > 0.0 && secs <= 3600.0, "{d} ttl {ttl}:\n{stdout}");
     }
     assert!(

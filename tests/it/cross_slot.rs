@@ -25,7 +25,7 @@ use tollgate::proto::rate_limit_response::Code;
 use tollgate::store::breaker::BreakerOptions;
 use tollgate::store::redis::{CrossSlotPaths, RedisStore};
 use tollgate::store::stack;
-use tollgate::store::{CounterOp, Store};
+use tollgate::store::{Backend, CounterOp, Store};
 
 const TWO_COUNTERS: &str = "
 domain: xs
@@ -47,15 +47,13 @@ async fn servers(n: usize, prefix: &str) -> Vec<TestServer> {
     options.key_prefix = prefix.to_owned();
     let mut servers = Vec::new();
     for _ in 0..n {
-        let store = stack::build(
-            Some(&options),
-            BreakerOptions::default(),
-            1 << 20,
-            1 << 26,
-            None,
-        )
-        .await
-        .expect("connect to the harness cluster");
+        let backend = Backend::Redis {
+            options: Box::new(options.clone()),
+            health_check: true,
+        };
+        let store = stack::build(&backend, BreakerOptions::default(), 1 << 20, None)
+            .await
+            .expect("connect to the harness cluster");
         servers
             .push(TestServer::start(config(TWO_COUNTERS), store, LimiterOptions::default()).await);
     }

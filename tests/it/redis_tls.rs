@@ -118,7 +118,7 @@ async fn counts_over_tls_with_an_acl_user_and_a_client_certificate() {
         env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone())
     })
     .expect("settings");
-    let mut options = settings.redis.expect("redis configured");
+    let mut options = settings.backend.redis().cloned().expect("redis configured");
     options.key_prefix = common::redis::unique_prefix("tls-count");
     let store = RedisStore::connect(&options).await.expect("TLS connect");
     let yaml = "domain: tls\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use common::process::{Server, check, free_ports, row, tollgate};
 use common::server::{descriptor, request};
+use tollgate::background::Background;
 use tollgate::config::watch::WatchOptions;
 use tollgate::limiter::{Limiter, LimiterOptions};
 use tollgate::proto::rate_limit_response::Code;
-use tollgate::server::reload::{self, ReloadStatus, Reloader, Trigger, WatchTask};
+use tollgate::server::reload::{self, ReloadStatus, Reloader, Trigger};
 use tollgate::store::memory::MemoryStore;
 
 const DEADLINE: Duration = Duration::from_secs(15);
@@ -32,7 +33,7 @@ fn domain_yaml(domain: &str, key: &str, limit: u32) -> String {
 struct Fixture {
     limiter: Arc<Limiter>,
     reloader: Arc<Reloader>,
-    _watch: WatchTask,
+    _watch: Background,
 }
 
 fn watch(path: &Path, anchors: Vec<PathBuf>) -> Fixture {

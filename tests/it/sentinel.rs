@@ -36,7 +36,7 @@ async fn follows_the_master_through_a_failover() {
         env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone())
     })
     .expect("settings");
-    let mut options = settings.redis.expect("redis configured");
+    let mut options = settings.backend.redis().cloned().expect("redis configured");
     assert!(matches!(options.target, RedisTarget::Sentinel { .. }));
     options.key_prefix = common::redis::unique_prefix("sentinel");
     options.timeout = Duration::from_secs(1);

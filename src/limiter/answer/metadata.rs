@@ -52,7 +52,6 @@ fn descriptor(descriptor: &RateLimitDescriptor) -> Value {
     }
     if let Some(hits) = descriptor.hits_addend {
         // A protobuf number is a double, as upstream's float64(...).
-        #[allow(clippy::cast_precision_loss)]
         fields.insert("hitsAddend".to_owned(), number(hits as f64));
     }
     structure(Struct { fields })

@@ -1,12 +1,150 @@
-//! The hash of a config set's files: how a reload knows the set on disk is the one
-//! already served. The files are the loader's own ([`walk`]: the same bounded walk,
-//! the same rules), so the hash covers exactly what a load would read.
+//! The file config source ([`FileSource`]): the set at start-up, then the directory
+//! watcher (SIGHUP, which `serve` handles for every source, reloads it too); with
+//! [`load_set`], which reads a whole set, and the hash of a set's files: how a reload
+//! knows the set on disk is the one already served. The files are the loader's own
+//! ([`walk`]: the same bounded walk, the same rules), so the hash covers exactly what
+//! a load would read.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+use super::source::{ConfigSource, FirstSet, Source, SourceError};
+use super::{LOAD_ATTEMPTS, ReloadError, ReloadStatus, Reloader, Trigger, config_counts};
+use crate::background::Background;
 use crate::config::walk::{self, WalkError};
+use crate::config::watch::{ConfigWatcher, WatchOptions};
+use crate::config::{self, Config};
+use crate::metrics::source::SourceMetrics;
+use crate::settings::FileSettings;
+use crate::telemetry::{self, ratelimited};
+
+/// Limits from a config file or directory.
+pub struct FileSource(pub FileSettings);
+
+impl Source for FileSource {
+    fn kind(&self) -> ConfigSource {
+        ConfigSource::FILES
+    }
+
+    fn origin(&self) -> PathBuf {
+        self.0.path.clone()
+    }
+
+    /// A set that does not validate is served as envoyproxy/ratelimit does: nothing,
+    /// NOT_SERVING, until the watcher or SIGHUP loads a valid one; unless
+    /// `--exit-on-invalid-config` asks to stop.
+    fn first_set(&self, require_domains: bool) -> Result<FirstSet, SourceError> {
+        let path = &self.0.path;
+        if !self.0.ignore_dotfiles {
+            tracing::debug!(
+                "names starting with '.' are skipped whatever RUNTIME_IGNOREDOTFILES says: \
+                 a ConfigMap's ..data would otherwise load every domain twice"
+            );
+        }
+        let error = match load_set(path) {
+            Ok(loaded) => {
+                let domains = loaded.config.domains().len();
+                tracing::info!(
+                    event = "config_loaded",
+                    path = %path.display(),
+                    domains,
+                    hash = %loaded.hash,
+                    generation = 1,
+                    "config loaded"
+                );
+                return Ok(FirstSet {
+                    config: loaded.config,
+                    status: ReloadStatus::new(Some(loaded.hash)),
+                    config_loaded: config_counts(domains, require_domains),
+                });
+            }
+            Err(error) if self.0.exit_on_invalid_config => return Err(error.into()),
+            Err(error) => error,
+        };
+        tracing::warn!(
+            event = "config_invalid_at_start",
+            path = %path.display(),
+            errors = %telemetry::Json(&error.messages()),
+            "no valid config: NOT_SERVING until a valid set loads (on change or SIGHUP)"
+        );
+        Ok(FirstSet {
+            config: Config::new(Vec::new()),
+            status: ReloadStatus::nothing_loaded(),
+            config_loaded: false,
+        })
+    }
+
+    /// Watches the set unless `--no-watch`.
+    fn follow(
+        &self,
+        reloader: Arc<Reloader>,
+        _: SourceMetrics,
+    ) -> Result<Vec<Background>, SourceError> {
+        if !self.0.watch {
+            return Ok(Vec::new());
+        }
+        let mut options = WatchOptions::new(self.0.path.clone());
+        options.anchors = self.0.watch_anchors.clone();
+        Ok(vec![spawn_watch(reloader, options)])
+    }
+}
+
+/// A set read from disk and validated, with the hash of exactly the files it came from.
+#[derive(Debug)]
+pub struct LoadedSet {
+    pub config: Config,
+    pub hash: String,
+}
+
+/// Loads and validates the whole set at `path`, and hashes its files before and after:
+/// when they differ the files changed during the read, and it is read again. A
+/// directory without config files is a set without domains (envoyproxy/ratelimit's
+/// reading; `tollgate validate` still calls it an error, being asked about files).
+pub fn load_set(path: &Path) -> Result<LoadedSet, ReloadError> {
+    for _ in 0..LOAD_ATTEMPTS {
+        let before = hash_set(path);
+        let config = if is_empty_set(path) {
+            Config::new(Vec::new())
+        } else {
+            config::load_path(path)?
+        };
+        match (before, hash_set(path)) {
+            (Ok(before), Ok(after)) if before == after => {
+                return Ok(LoadedSet {
+                    config,
+                    hash: after,
+                });
+            }
+            _ => continue,
+        }
+    }
+    Err(ReloadError::Unstable)
+}
+
+/// Watches `options.path` (see [`ConfigWatcher`]) and reloads after every settled
+/// change, until the returned task is dropped. Must be called inside a Tokio runtime.
+pub fn spawn_watch(reloader: Arc<Reloader>, options: WatchOptions) -> Background {
+    let mut watcher = ConfigWatcher::new(options);
+    Background::spawn(async move {
+        loop {
+            let change = watcher.next_change().await;
+            tracing::debug!(?change, path = %reloader.path().display(), "config change seen");
+            if change.errors > 0
+                && let Some(suppressed) = ratelimited::admit(&["config_watch_error"])
+            {
+                tracing::warn!(
+                    errors = change.errors,
+                    suppressed,
+                    "config watcher error; reading the set again"
+                );
+            }
+            // The outcome is logged and recorded by `reload` itself.
+            let _ = reloader.reload(Trigger::Watch).await;
+        }
+    })
+}
 
 /// SHA-256 (first 16 hex digits) over the files [`crate::config::load_path`] reads,
 /// each as its path relative to `path` and its contents, in name order. Fails as the
@@ -70,5 +208,14 @@ mod tests {
         );
         fs::write(dir.path().join("a.yaml"), "domain: a\n").unwrap();
         assert!(!is_empty_set(dir.path()));
+    }
+
+    #[test]
+    fn load_set_reports_every_error() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a.yaml"), "domain: a\nbogus: 1\n").unwrap();
+        fs::write(dir.path().join("b.yaml"), "descriptors: []\n").unwrap();
+        let error = load_set(dir.path()).unwrap_err();
+        assert_eq!(error.messages().len(), 2, "{:?}", error.messages());
     }
 }

@@ -18,27 +18,25 @@
 //! SIGHUP (`tollgate serve`). Reloads are serialized; each first hashes the files and
 //! stops at once when they are what is already served.
 //!
-//! Sources: files, or an xDS control plane ([`crate::xds`]), which hands whole sets to
-//! [`Reloader::install`] and refused ones to [`Reloader::refuse`]; both end in the same
-//! bookkeeping ([`apply`]), so health, metrics and `/config.json` read one state
-//! whichever the source.
+//! Sources ([`Source`], `source.rs`): files ([`FileSource`], `files.rs`), or an xDS
+//! control plane ([`crate::xds`]), which hands whole sets to [`Reloader::install`] and
+//! refused ones to [`Reloader::refuse`]; both end in the same bookkeeping (`apply.rs`),
+//! so health, metrics and `/config.json` read one state whichever the source.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
-use tokio::task::JoinHandle;
-
-use crate::config::watch::{ConfigWatcher, WatchOptions};
-use crate::config::{self, Config, ConfigErrors};
+use crate::config::ConfigErrors;
 use crate::limiter::Limiter;
 use crate::server::health::Health;
-use crate::telemetry::ratelimited;
 
-pub use self::files::{hash_set, is_empty_set};
+pub use self::files::{FileSource, LoadedSet, hash_set, is_empty_set, load_set, spawn_watch};
+pub use self::source::{ConfigSource, FirstSet, Source, SourceError};
 
 mod apply;
 mod files;
+mod source;
 
 /// How often a set is read again when its files changed while it was being read.
 const LOAD_ATTEMPTS: u32 = 5;
@@ -93,24 +91,6 @@ impl ReloadError {
         match self {
             ReloadError::Invalid(errors) => errors.0.iter().map(ToString::to_string).collect(),
             other => vec![other.to_string()],
-        }
-    }
-}
-
-/// Where the served limits come from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ConfigSource {
-    #[default]
-    File,
-    /// `CONFIG_TYPE=GRPC_XDS_SOTW`.
-    Xds,
-}
-
-impl ConfigSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConfigSource::File => "file",
-            ConfigSource::Xds => "xds",
         }
     }
 }
@@ -188,38 +168,6 @@ impl ReloadStatus {
     }
 }
 
-/// A set read from disk and validated, with the hash of exactly the files it came from.
-#[derive(Debug)]
-pub struct LoadedSet {
-    pub config: Config,
-    pub hash: String,
-}
-
-/// Loads and validates the whole set at `path`, and hashes its files before and after:
-/// when they differ the files changed during the read, and it is read again. A
-/// directory without config files is a set without domains (envoyproxy/ratelimit's
-/// reading; `tollgate validate` still calls it an error, being asked about files).
-pub fn load_set(path: &Path) -> Result<LoadedSet, ReloadError> {
-    for _ in 0..LOAD_ATTEMPTS {
-        let before = hash_set(path);
-        let config = if is_empty_set(path) {
-            Config::new(Vec::new())
-        } else {
-            config::load_path(path)?
-        };
-        match (before, hash_set(path)) {
-            (Ok(before), Ok(after)) if before == after => {
-                return Ok(LoadedSet {
-                    config,
-                    hash: after,
-                });
-            }
-            _ => continue,
-        }
-    }
-    Err(ReloadError::Unstable)
-}
-
 /// Reloads one config path into one limiter.
 pub struct Reloader {
     limiter: Arc<Limiter>,
@@ -271,8 +219,8 @@ impl Reloader {
     /// served set stays, and the failure is logged and recorded.
     pub async fn reload(&self, trigger: Trigger) -> Result<ReloadOutcome, ReloadError> {
         let _serial = self.serial.lock().await;
-        if self.source == ConfigSource::Xds {
-            // Nothing on disk to read: the control plane sends every change itself.
+        if !self.source.rereads {
+            // Nothing on disk to read: the source sends every change itself.
             return Ok(ReloadOutcome::Unchanged);
         }
         let path = self.path.clone();
@@ -307,51 +255,4 @@ impl Reloader {
 /// Whether a set with `domains` domains makes health's `config_loaded` true.
 pub fn config_counts(domains: usize, require_domains: bool) -> bool {
     domains > 0 || !require_domains
-}
-
-/// A running watch task; dropping it stops the watching.
-pub struct WatchTask(JoinHandle<()>);
-
-impl Drop for WatchTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Watches `options.path` (see [`ConfigWatcher`]) and reloads after every settled
-/// change, until the returned task is dropped. Must be called inside a Tokio runtime.
-pub fn spawn_watch(reloader: Arc<Reloader>, options: WatchOptions) -> WatchTask {
-    let mut watcher = ConfigWatcher::new(options);
-    WatchTask(tokio::spawn(async move {
-        loop {
-            let change = watcher.next_change().await;
-            tracing::debug!(?change, path = %reloader.path().display(), "config change seen");
-            if change.errors > 0
-                && let Some(suppressed) = ratelimited::admit(&["config_watch_error"])
-            {
-                tracing::warn!(
-                    errors = change.errors,
-                    suppressed,
-                    "config watcher error; reading the set again"
-                );
-            }
-            // The outcome is logged and recorded by `reload` itself.
-            let _ = reloader.reload(Trigger::Watch).await;
-        }
-    }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::fs;
-
-    #[test]
-    fn load_set_reports_every_error() {
-        let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join("a.yaml"), "domain: a\nbogus: 1\n").unwrap();
-        fs::write(dir.path().join("b.yaml"), "descriptors: []\n").unwrap();
-        let error = load_set(dir.path()).unwrap_err();
-        assert_eq!(error.messages().len(), 2, "{:?}", error.messages());
-    }
 }

@@ -2,13 +2,14 @@
 //! still admits, from the batch script's dry run at cost 0 (it decides and writes
 //! nothing; sliding_log's load only trims hits that already left the window), then
 //! its key encoded exactly as the store encodes it, its stored state read with plain
-//! reads in the layout its Lua script keeps (`lua/<algorithm>.lua`), and its PTTL.
+//! reads in the layout its Lua script keeps (`lua/<algorithm>.lua`), put in words by
+//! its model ([`crate::algorithm::Model::describe`]), and its PTTL.
 
 use redis::AsyncCommands;
 
 use super::connect::{self, RedisOptions};
 use super::{RedisStore, keys};
-use crate::algorithm::{Algorithm, Decision};
+use crate::algorithm::{Decision, Layout, Stored};
 use crate::store::{CounterOp, Store, StoreError};
 
 /// One counter as Redis holds it now.
@@ -48,24 +49,23 @@ pub async fn read(
     for (op, now) in ops.iter().zip(decisions) {
         let key = keys::encode(&options.key_prefix, &op.key);
         // Plain reads, one key at a time: on a cluster each routes by its own slot.
-        let stored = match op.key.algorithm {
-            Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::TokenBucket => {
+        let algorithm = op.key.algorithm;
+        let stored = match algorithm.layout() {
+            Layout::Hash => {
                 let fields: Vec<(String, String)> =
                     connection.hgetall(&key).await.map_err(unavailable)?;
-                (!fields.is_empty()).then(|| describe_hash(op.key.algorithm, &fields))
+                (!fields.is_empty()).then_some(Stored::Hash(fields))
             }
-            Algorithm::SlidingLog => {
-                let hits: u64 = connection.zcard(&key).await.map_err(unavailable)?;
-                (hits > 0).then(|| format!("{hits} hit(s) in the window"))
+            Layout::SortedSet => {
+                let members: u64 = connection.zcard(&key).await.map_err(unavailable)?;
+                (members > 0).then_some(Stored::SortedSet { members })
             }
-            Algorithm::Gcra | Algorithm::LeakyBucket => {
+            Layout::Value => {
                 let value: Option<String> = connection.get(&key).await.map_err(unavailable)?;
-                value.map(|v| match op.key.algorithm {
-                    Algorithm::Gcra => format!("theoretical arrival time {v} (unix ms)"),
-                    _ => format!("queue drains at {v} (unix ms)"),
-                })
+                value.map(Stored::Value)
             }
-        };
+        }
+        .map(|stored| algorithm.describe(&stored));
         // PTTL: -2 no key, -1 no expiry (never written so by tollgate).
         let pttl: i64 = connection.pttl(&key).await.map_err(unavailable)?;
         states.push(CounterState {
@@ -76,31 +76,4 @@ pub async fn read(
         });
     }
     Ok(states)
-}
-
-/// A hash-shaped state in words, by the field names its script uses.
-fn describe_hash(algorithm: Algorithm, fields: &[(String, String)]) -> String {
-    let field = |name: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k == name)
-            .map_or("?", |(_, v)| v.as_str())
-    };
-    match algorithm {
-        // fixed_window.lua: {w = window start (unix s), c = hits in it}
-        Algorithm::FixedWindow => format!(
-            "count {} in the window from {} (unix s)",
-            field("c"),
-            field("w")
-        ),
-        // sliding_window.lua: {s = window start (unix ms), p = previous, c = current}
-        Algorithm::SlidingWindow => format!(
-            "count {} in the window from {} (unix ms), {} in the one before",
-            field("c"),
-            field("s"),
-            field("p")
-        ),
-        // token_bucket.lua: {t = tokens, a = when t was computed (unix ms)}
-        _ => format!("tokens {} as of {} (unix ms)", field("t"), field("a")),
-    }
 }

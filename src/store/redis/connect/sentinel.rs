@@ -60,16 +60,6 @@ impl SentinelConnection {
         })
     }
 
-    /// The address of the master in use.
-    pub fn master_address(&self) -> String {
-        self.shared
-            .current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .clone()
-    }
-
     fn manager(&self) -> ConnectionManager {
         self.shared
             .current

@@ -1,0 +1,52 @@
+//! A counter as an algorithm's Lua twin keeps it in Redis, read back with plain
+//! commands (`tollgate inspect`): which Redis type holds it ([`Layout`]) and what
+//! the read returned ([`Stored`]). Each [`super::Model`] names its layout and puts
+//! the stored value in words, next to the arithmetic that gives the fields meaning.
+
+/// The Redis type a Lua twin stores one counter in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// A hash of short fields (`HGETALL`).
+    Hash,
+    /// A sorted set with a member per hit (`ZCARD`).
+    SortedSet,
+    /// One number as a string (`GET`).
+    Value,
+}
+
+/// What the plain read of a counter's key returned (never empty: no key is no state).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    Hash(Vec<(String, String)>),
+    SortedSet { members: u64 },
+    Value(String),
+}
+
+impl Stored {
+    /// A hash field's value; `?` when the field (or the hash) is not there.
+    pub fn field(&self, name: &str) -> &str {
+        match self {
+            Stored::Hash(fields) => fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map_or("?", |(_, v)| v.as_str()),
+            _ => "?",
+        }
+    }
+
+    /// A sorted set's size; 0 for other layouts.
+    pub fn members(&self) -> u64 {
+        match self {
+            Stored::SortedSet { members } => *members,
+            _ => 0,
+        }
+    }
+
+    /// A plain value; `?` for other layouts.
+    pub fn value(&self) -> &str {
+        match self {
+            Stored::Value(v) => v,
+            _ => "?",
+        }
+    }
+}
