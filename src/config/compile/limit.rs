@@ -9,7 +9,7 @@ use serde_saphyr::Spanned;
 use crate::algorithm::{Algorithm, sliding_log};
 use crate::config::diagnostics::{Report, key_line, parse_duration};
 use crate::config::limit::{Limit, Unit};
-use crate::config::schema::RateLimitYaml;
+use crate::config::schema::{RateLimitYaml, ReplacesYaml};
 
 /// One validated mapping.
 pub struct Parsed {
@@ -28,170 +28,198 @@ pub fn parse(
     report: Report<'_>,
 ) -> Option<Parsed> {
     let line = spanned.referenced.line();
-    let rl = spanned.value;
-    let mut ok = true;
-    let name = rl
+    let mut rl = spanned.value;
+    let mut at = Mapping {
+        source,
+        what,
+        field,
+        report,
+        ok: true,
+    };
+    let replaces = at.replaces(rl.replaces.take().unwrap_or_default());
+    if rl.unlimited.unwrap_or(false) {
+        if let Some(unit) = &rl.unit {
+            at.error(
+                unit.referenced.line(),
+                "unit: should not specify rate limit unit when unlimited",
+            );
+        }
+        return at.ok.then_some(Parsed {
+            limit: None,
+            replaces,
+        });
+    }
+    let (unit, unit_line) = at.unit(rl.unit.as_ref(), line)?;
+    let mut limit = Limit::fixed(rl.requests_per_unit.as_ref().map_or(0, |r| r.value), unit);
+    limit.name = rl
         .name
         .as_ref()
         .map(|n| n.value.clone())
         .filter(|n| !n.is_empty())
         .map(Arc::from);
-
-    let mut replaces = Vec::new();
-    for r in rl.replaces.unwrap_or_default() {
-        match r.value.name.filter(|n| !n.is_empty()) {
-            Some(replaced) => replaces.push((Arc::from(replaced), r.referenced.line())),
-            None => {
-                report(
-                    r.referenced.line(),
-                    format!("{what}: {field}.replaces: should not have an empty replaces entry"),
-                );
-                ok = false;
-            }
-        }
-    }
-
-    if rl.unlimited.unwrap_or(false) {
-        if let Some(unit) = &rl.unit {
-            report(
-                unit.referenced.line(),
-                format!("{what}: {field}.unit: should not specify rate limit unit when unlimited"),
-            );
-            ok = false;
-        }
-        return ok.then_some(Parsed {
-            limit: None,
-            replaces,
-        });
-    }
-
-    let (unit_text, unit_line) = match &rl.unit {
-        Some(u) => (u.value.as_str(), u.referenced.line()),
-        // A block mapping's span starts at its first key; the mistake is the line
-        // that opens it.
-        None => (
-            "",
-            key_line(source, line, field.split('[').next().unwrap_or(field)),
-        ),
-    };
-    let Some(unit) = Unit::parse(unit_text) else {
-        let expected: Vec<&str> = Unit::ALL.iter().map(|(_, n)| *n).collect();
-        report(
-            unit_line,
-            format!(
-                "{what}: {field}.unit: invalid rate limit unit '{unit_text}' (expected one of {})",
-                expected.join(", ")
-            ),
-        );
-        return None;
-    };
-    let mut limit = Limit::fixed(rl.requests_per_unit.as_ref().map_or(0, |r| r.value), unit);
-    limit.name = name;
-
     if let Some(a) = &rl.algorithm {
-        match Algorithm::parse(&a.value) {
-            Some(algorithm) => limit.algorithm = algorithm,
-            None => {
-                let expected: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-                report(
-                    a.referenced.line(),
-                    format!(
-                        "{what}: {field}.algorithm: unknown algorithm '{}' (expected one of {})",
-                        a.value,
-                        expected.join(", ")
-                    ),
-                );
-                return None;
-            }
-        }
+        limit.algorithm = at.algorithm(a)?;
     }
-    let algorithm = limit.algorithm;
-    if let Some(m) = &rl.unit_multiplier {
-        if m.value == 0 {
-            report(
-                m.referenced.line(),
-                format!("{what}: {field}.unit_multiplier: must be at least 1"),
-            );
-            ok = false;
-        }
-        limit.unit_multiplier = m.value.max(1);
-    }
-    if let Some(b) = &rl.burst {
-        if !algorithm.uses_burst() {
-            report(
-                b.referenced.line(),
-                format!(
-                    "{what}: {field}.burst: only token_bucket, gcra and leaky_bucket have a burst, not {}",
-                    algorithm.name()
-                ),
-            );
-            ok = false;
-        } else if b.value == 0 {
-            report(
-                b.referenced.line(),
-                format!("{what}: {field}.burst: must be at least 1"),
-            );
-            ok = false;
-        }
-        limit.burst = Some(b.value);
-    }
-    if let Some(lb) = &rl.leaky_bucket {
-        if algorithm != Algorithm::LeakyBucket {
-            report(
-                key_line(source, lb.referenced.line(), "leaky_bucket"),
-                format!(
-                    "{what}: {field}.leaky_bucket: options given for algorithm {}",
-                    algorithm.name()
-                ),
-            );
-            ok = false;
-        }
-        if let Some(d) = &lb.value.max_delay {
-            match parse_duration(&d.value) {
-                Some(delay) => limit.max_delay = Some(delay),
-                None => {
-                    report(
-                        d.referenced.line(),
-                        format!(
-                            "{what}: {field}.leaky_bucket.max_delay: '{}' is not a duration (like 250ms, 2s, 1m)",
-                            d.value
-                        ),
-                    );
-                    ok = false;
-                }
-            }
-        }
-    }
+    at.shape(&rl, &mut limit);
     let rpu_line = rl
         .requests_per_unit
         .as_ref()
         .map_or(unit_line, |r| r.referenced.line());
-    if algorithm != Algorithm::FixedWindow && limit.requests_per_unit == 0 {
-        // A rate of zero has no emission interval; a fixed window of 0 denies all.
-        report(
-            rpu_line,
-            format!(
-                "{what}: {field}.requests_per_unit: {} needs at least 1",
-                algorithm.name()
-            ),
-        );
-        ok = false;
-    }
-    if algorithm == Algorithm::SlidingLog
-        && u64::from(limit.requests_per_unit) > sliding_log::MAX_LIMIT
-    {
-        report(
-            rpu_line,
-            format!(
-                "{what}: {field}.requests_per_unit: sliding_log keeps one entry per hit, so it is limited to {} per window (got {}); use sliding_window for larger limits",
-                sliding_log::MAX_LIMIT,
-                limit.requests_per_unit
-            ),
-        );
-        ok = false;
-    }
-    ok.then_some(Parsed {
+    at.rate(&limit, rpu_line);
+    at.ok.then_some(Parsed {
         limit: Some(limit),
         replaces,
     })
+}
+
+/// The mapping being read: where it is, for messages, and whether it is still valid.
+struct Mapping<'a, 'r> {
+    source: &'a str,
+    what: &'a str,
+    field: &'a str,
+    report: Report<'r>,
+    ok: bool,
+}
+
+impl Mapping<'_, '_> {
+    /// Reports `<what>: <field>.<message>` at `line`; the mapping is invalid.
+    fn error(&mut self, line: u64, message: impl std::fmt::Display) {
+        (self.report)(line, format!("{}: {}.{message}", self.what, self.field));
+        self.ok = false;
+    }
+
+    /// Names from `replaces`, each with its line; an empty entry is an error.
+    fn replaces(&mut self, entries: Vec<Spanned<ReplacesYaml>>) -> Vec<(Arc<str>, u64)> {
+        let mut replaces = Vec::new();
+        for r in entries {
+            match r.value.name.filter(|n| !n.is_empty()) {
+                Some(replaced) => replaces.push((Arc::from(replaced), r.referenced.line())),
+                None => self.error(
+                    r.referenced.line(),
+                    "replaces: should not have an empty replaces entry",
+                ),
+            }
+        }
+        replaces
+    }
+
+    /// The unit and the line that states it (or opens the mapping, when none does).
+    fn unit(&mut self, unit: Option<&Spanned<String>>, line: u64) -> Option<(Unit, u64)> {
+        let (text, line) = match unit {
+            Some(u) => (u.value.as_str(), u.referenced.line()),
+            // A block mapping's span starts at its first key; the mistake is the line
+            // that opens it.
+            None => (
+                "",
+                key_line(
+                    self.source,
+                    line,
+                    self.field.split('[').next().unwrap_or(self.field),
+                ),
+            ),
+        };
+        if let Some(unit) = Unit::parse(text) {
+            return Some((unit, line));
+        }
+        let expected: Vec<&str> = Unit::ALL.iter().map(|(_, n)| *n).collect();
+        self.error(
+            line,
+            format!(
+                "unit: invalid rate limit unit '{text}' (expected one of {})",
+                expected.join(", ")
+            ),
+        );
+        None
+    }
+
+    fn algorithm(&mut self, name: &Spanned<String>) -> Option<Algorithm> {
+        let algorithm = Algorithm::parse(&name.value);
+        if algorithm.is_none() {
+            let expected: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+            self.error(
+                name.referenced.line(),
+                format!(
+                    "algorithm: unknown algorithm '{}' (expected one of {})",
+                    name.value,
+                    expected.join(", ")
+                ),
+            );
+        }
+        algorithm
+    }
+
+    /// tollgate's extensions of the window and the bucket: unit_multiplier, burst and
+    /// the leaky bucket's options, each only where its algorithm has a use for it.
+    fn shape(&mut self, rl: &RateLimitYaml, limit: &mut Limit) {
+        let algorithm = limit.algorithm;
+        if let Some(m) = &rl.unit_multiplier {
+            if m.value == 0 {
+                self.error(m.referenced.line(), "unit_multiplier: must be at least 1");
+            }
+            limit.unit_multiplier = m.value.max(1);
+        }
+        if let Some(b) = &rl.burst {
+            if !algorithm.uses_burst() {
+                self.error(
+                    b.referenced.line(),
+                    format!(
+                        "burst: only token_bucket, gcra and leaky_bucket have a burst, not {}",
+                        algorithm.name()
+                    ),
+                );
+            } else if b.value == 0 {
+                self.error(b.referenced.line(), "burst: must be at least 1");
+            }
+            limit.burst = Some(b.value);
+        }
+        let Some(lb) = &rl.leaky_bucket else {
+            return;
+        };
+        if algorithm != Algorithm::LeakyBucket {
+            let line = key_line(self.source, lb.referenced.line(), "leaky_bucket");
+            self.error(
+                line,
+                format!(
+                    "leaky_bucket: options given for algorithm {}",
+                    algorithm.name()
+                ),
+            );
+        }
+        if let Some(d) = &lb.value.max_delay {
+            match parse_duration(&d.value) {
+                Some(delay) => limit.max_delay = Some(delay),
+                None => self.error(
+                    d.referenced.line(),
+                    format!(
+                        "leaky_bucket.max_delay: '{}' is not a duration (like 250ms, 2s, 1m)",
+                        d.value
+                    ),
+                ),
+            }
+        }
+    }
+
+    /// The bounds an algorithm puts on `requests_per_unit`.
+    fn rate(&mut self, limit: &Limit, line: u64) {
+        let algorithm = limit.algorithm;
+        if algorithm != Algorithm::FixedWindow && limit.requests_per_unit == 0 {
+            // A rate of zero has no emission interval; a fixed window of 0 denies all.
+            self.error(
+                line,
+                format!("requests_per_unit: {} needs at least 1", algorithm.name()),
+            );
+        }
+        if algorithm == Algorithm::SlidingLog
+            && u64::from(limit.requests_per_unit) > sliding_log::MAX_LIMIT
+        {
+            self.error(
+                line,
+                format!(
+                    "requests_per_unit: sliding_log keeps one entry per hit, so it is limited to {} per window (got {}); use sliding_window for larger limits",
+                    sliding_log::MAX_LIMIT,
+                    limit.requests_per_unit
+                ),
+            );
+        }
+    }
 }
