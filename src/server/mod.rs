@@ -22,11 +22,12 @@ pub mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::ServingStatus;
@@ -163,30 +164,89 @@ where
         Some(_) => "tls",
         None => "off",
     };
-    let (reporter, health_service) = tonic_health::server::health_reporter();
-    // Set before the port answers, so no check ever sees an unset status.
-    let mut changes = options.health.subscribe();
+    let (health_service, follower) = health_service(&options.health).await;
+    let (stop, drainer) = drain_after(shutdown, options.health.clone(), options.drain);
+    let router = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+                .build_v1()?,
+        )
+        .add_service(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+                .build_v1alpha()?,
+        )
+        .add_service(RateLimitGrpc::new(limiter.clone()).into_server());
+    let grpc = grpc(router, listeners.grpc, options.tls, stop.clone());
+    let admin = AdminState {
+        limiter,
+        health: options.health,
+        reload: options.reload,
+    };
+    let http = http(
+        admin,
+        listeners.http,
+        listeners.debug,
+        listeners.prometheus,
+        stop,
+    );
+    tracing::info!(
+        grpc = %grpc_addr,
+        http = %http_addr,
+        debug = debug_addr.map(|a| a.to_string()),
+        prometheus = prometheus_addr.map(|a| a.to_string()),
+        grpc_tls,
+        "tollgate serving"
+    );
+    let (grpc_result, http_result) = tokio::join!(grpc, http);
+    follower.abort();
+    drainer.abort();
+    grpc_result?;
+    http_result?;
+    tracing::info!(event = "shutdown_finished", "every call answered; stopped");
+    Ok(())
+}
+
+/// grpc.health.v1, set before the port answers (so no check ever sees an unset
+/// status), and the task that keeps it following `health`.
+async fn health_service(
+    health: &Health,
+) -> (
+    tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+    JoinHandle<()>,
+) {
+    let (reporter, service) = tonic_health::server::health_reporter();
+    let mut changes = health.subscribe();
     let serving = changes.borrow_and_update().serving();
     report(&reporter, serving).await;
     let follower = tokio::spawn(follow_health(reporter, changes, serving));
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+    (service, follower)
+}
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
+/// When the listeners stop: `drain` after `shutdown` resolves, NOT_SERVING meanwhile.
+#[derive(Clone)]
+struct Stop(watch::Receiver<bool>);
+
+impl Stop {
+    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.clone();
         async move {
             let _ = rx.wait_for(|stop| *stop).await;
         }
-    };
-    let health = options.health.clone();
-    let drain = options.drain;
+    }
+}
+
+/// The shutdown sequence: `shutdown`, then NOT_SERVING at once, then `drain` of
+/// answering still, then [`Stop`] closes the listeners.
+fn drain_after<F>(shutdown: F, health: Arc<Health>, drain: Duration) -> (Stop, JoinHandle<()>)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let (stop_tx, stop_rx) = watch::channel(false);
     let drainer = tokio::spawn(async move {
         shutdown.await;
         health.start_draining();
@@ -202,87 +262,83 @@ where
         );
         let _ = stop_tx.send(true);
     });
+    (Stop(stop_rx), drainer)
+}
 
-    let router = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(RateLimitGrpc::new(limiter.clone()).into_server());
-    type Serving = Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
-    let grpc: Serving = match options.tls {
+/// The gRPC port until `stop`, with TLS or with TCP_NODELAY on every connection.
+async fn grpc(
+    router: tonic::transport::server::Router,
+    listener: TcpListener,
+    tls: Option<Arc<tls::ServerTls>>,
+    stop: Stop,
+) -> Result<(), Error> {
+    match tls {
         // The TLS acceptor sets TCP_NODELAY itself.
         Some(tls) => {
-            Box::pin(router.serve_with_incoming_shutdown(tls.incoming(listeners.grpc), stopped()))
+            router
+                .serve_with_incoming_shutdown(tls.incoming(listener), stop.stopped())
+                .await?
         }
         None => {
             // Rate-limit calls are tiny and latency-bound: send each answer at once.
-            let incoming = TcpListenerStream::new(listeners.grpc).map(|stream| {
+            let incoming = TcpListenerStream::new(listener).map(|stream| {
                 if let Ok(s) = &stream {
                     let _ = s.set_nodelay(true);
                 }
                 stream
             });
-            Box::pin(router.serve_with_incoming_shutdown(incoming, stopped()))
+            router
+                .serve_with_incoming_shutdown(incoming, stop.stopped())
+                .await?
+        }
+    }
+    Ok(())
+}
+
+/// The HTTP admin port, and the debug and metrics ports when bound, until `stop`.
+async fn http(
+    admin: AdminState,
+    http: TcpListener,
+    debug: Option<TcpListener>,
+    prometheus: Option<(TcpListener, String)>,
+    stop: Stop,
+) -> Result<(), Error> {
+    let serve = |listener: TcpListener, router: axum::Router, what: &'static str| {
+        let stopped = stop.stopped();
+        async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stopped)
+                .await
+                .map_err(|e| Error::io(what, e))
         }
     };
-    let admin = AdminState {
-        limiter,
-        health: options.health,
-        reload: options.reload,
-    };
-    let prometheus = listeners
-        .prometheus
-        .map(|(listener, path)| (listener, admin::prometheus(admin.clone(), &path)));
-    let (http_router, debug_router) = match listeners.debug {
-        Some(_) => (
-            admin::router(admin.clone()),
-            Some(admin::config_views(admin)),
+    let prometheus = prometheus.map(|(listener, path)| {
+        serve(
+            listener,
+            admin::prometheus(admin.clone(), &path),
+            "Prometheus HTTP server",
+        )
+    });
+    let views = admin::config_views(admin.clone());
+    let (http_router, debug) = match debug {
+        Some(listener) => (
+            admin::router(admin),
+            Some(serve(listener, views, "debug HTTP server")),
         ),
-        None => (
-            admin::router(admin.clone()).merge(admin::config_views(admin)),
-            None,
-        ),
+        None => (admin::router(admin).merge(views), None),
     };
-    let http = axum::serve(listeners.http, http_router).with_graceful_shutdown(stopped());
-    let debug = async {
-        match (listeners.debug, debug_router) {
-            (Some(listener), Some(router)) => {
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(stopped())
-                    .await
-            }
-            _ => Ok(()),
-        }
-    };
-    let prometheus = async {
-        match prometheus {
-            Some((listener, router)) => {
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(stopped())
-                    .await
-            }
+    let optional = |server: Option<_>| async move {
+        match server {
+            Some(server) => server.await,
             None => Ok(()),
         }
     };
-
-    tracing::info!(
-        grpc = %grpc_addr,
-        http = %http_addr,
-        debug = debug_addr.map(|a| a.to_string()),
-        prometheus = prometheus_addr.map(|a| a.to_string()),
-        grpc_tls,
-        "tollgate serving"
+    let (http, debug, prometheus) = tokio::join!(
+        serve(http, http_router, "HTTP server"),
+        optional(debug),
+        optional(prometheus)
     );
-    let (grpc_result, http_result, debug_result, prometheus_result) =
-        tokio::join!(grpc, http, debug, prometheus);
-    follower.abort();
-    drainer.abort();
-    grpc_result?;
-    http_result.map_err(|e| Error::io("HTTP server", e))?;
-    debug_result.map_err(|e| Error::io("debug HTTP server", e))?;
-    prometheus_result.map_err(|e| Error::io("Prometheus HTTP server", e))?;
-    tracing::info!(event = "shutdown_finished", "every call answered; stopped");
-    Ok(())
+    http.and(debug).and(prometheus)
 }
 
 /// Mirrors [`Health`] into grpc.health.v1 (until aborted), logging each transition.

@@ -85,6 +85,38 @@ pub(super) fn axes(svg: &mut String, frame: &Frame, sim: &Simulation, y_step: f6
         );
         y += y_step;
     }
+    let unit = time_ticks(svg, frame, sim);
+    window_boundaries(svg, frame, sim);
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{X0}" y1="{Y1}" x2="{X1}" y2="{Y1}" stroke="#444"/>"##
+    );
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{X0}" y1="{Y0}" x2="{X0}" y2="{Y1}" stroke="#444"/>"##
+    );
+    let origin = if sim.start_ms == 0 {
+        String::new()
+    } else {
+        format!(" after {} ms since the epoch", sim.start_ms)
+    };
+    let _ = writeln!(
+        svg,
+        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#333">time ({unit}{}; 0 is a window boundary)</text>"##,
+        (X0 + X1) / 2.0,
+        Y1 + 40.0,
+        escape(&origin)
+    );
+    let _ = writeln!(
+        svg,
+        r##"<text transform="translate(22 {:.1}) rotate(-90)" text-anchor="middle" fill="#333">hits in the trailing {}</text>"##,
+        (Y0 + Y1) / 2.0,
+        format_span(sim.setup.window_ms)
+    );
+}
+
+/// The time axis' ticks, in a unit that suits the span; returns the unit's name.
+fn time_ticks(svg: &mut String, frame: &Frame, sim: &Simulation) -> &'static str {
     let span_ms = sim.end_ms.saturating_sub(sim.start_ms).max(1);
     // Steps that divide minutes, hours and days, so windows fall on ticks.
     let (unit_ms, unit, friendly): (u64, &str, &[f64]) = match span_ms {
@@ -123,46 +155,25 @@ pub(super) fn axes(svg: &mut String, frame: &Frame, sim: &Simulation, y_step: f6
         );
         k += 1.0;
     }
-    // Fixed-window boundaries (epoch-aligned), when few enough to be drawn apart.
+    unit
+}
+
+/// Fixed-window boundaries (epoch-aligned), when few enough to be drawn apart.
+fn window_boundaries(svg: &mut String, frame: &Frame, sim: &Simulation) {
     let window = sim.setup.window_ms;
-    let count = span_ms / window;
-    if count <= 40 {
-        let mut b = sim.start_ms - sim.start_ms % window + window;
-        while b < sim.end_ms {
-            let px = frame.x(b.saturating_mul(1000));
-            let _ = writeln!(
-                svg,
-                r##"<line class="boundary" x1="{px:.1}" y1="{Y0}" x2="{px:.1}" y2="{Y1}" stroke="#9e9e9e" stroke-width="1" stroke-dasharray="2 3"/>"##
-            );
-            b = b.saturating_add(window);
-        }
+    let span_ms = sim.end_ms.saturating_sub(sim.start_ms).max(1);
+    if span_ms / window > 40 {
+        return;
     }
-    let _ = writeln!(
-        svg,
-        r##"<line x1="{X0}" y1="{Y1}" x2="{X1}" y2="{Y1}" stroke="#444"/>"##
-    );
-    let _ = writeln!(
-        svg,
-        r##"<line x1="{X0}" y1="{Y0}" x2="{X0}" y2="{Y1}" stroke="#444"/>"##
-    );
-    let origin = if sim.start_ms == 0 {
-        String::new()
-    } else {
-        format!(" after {} ms since the epoch", sim.start_ms)
-    };
-    let _ = writeln!(
-        svg,
-        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#333">time ({unit}{}; 0 is a window boundary)</text>"##,
-        (X0 + X1) / 2.0,
-        Y1 + 40.0,
-        escape(&origin)
-    );
-    let _ = writeln!(
-        svg,
-        r##"<text transform="translate(22 {:.1}) rotate(-90)" text-anchor="middle" fill="#333">hits in the trailing {}</text>"##,
-        (Y0 + Y1) / 2.0,
-        format_span(window)
-    );
+    let mut b = sim.start_ms - sim.start_ms % window + window;
+    while b < sim.end_ms {
+        let px = frame.x(b.saturating_mul(1000));
+        let _ = writeln!(
+            svg,
+            r##"<line class="boundary" x1="{px:.1}" y1="{Y0}" x2="{px:.1}" y2="{Y1}" stroke="#9e9e9e" stroke-width="1" stroke-dasharray="2 3"/>"##
+        );
+        b = b.saturating_add(window);
+    }
 }
 
 /// Escapes text for an SVG text node or attribute.

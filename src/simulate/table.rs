@@ -74,8 +74,27 @@ pub fn render(sim: &Simulation) -> String {
     }
     let _ = writeln!(
         out,
-        "\nMAX IN ANY {window}: the most hits let through in any interval [t, t + {window}), t anywhere.\n\
-         leaky_bucket lets a request through when its wait ends; the others at once."
+        "\nMAX IN ANY {window}: the most hits let through in any interval [t, t + {window}), t anywhere."
     );
+    if let Some(note) = held_note(sim) {
+        let _ = writeln!(out, "{note}");
+    }
     out
+}
+
+/// Says when a held request counts, if any algorithm of the run held one (a shaping
+/// leaky bucket): a chart of others alone needs no such note.
+pub(super) fn held_note(sim: &Simulation) -> Option<String> {
+    let held: Vec<&str> = sim
+        .runs
+        .iter()
+        .filter(|run| run.longest_wait_us() > 0)
+        .map(|run| run.algorithm.name())
+        .collect();
+    (!held.is_empty()).then(|| {
+        format!(
+            "{} lets a request through when its wait ends; the others at once.",
+            held.join(" and ")
+        )
+    })
 }

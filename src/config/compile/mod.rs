@@ -3,6 +3,7 @@
 
 mod limit;
 mod metadata;
+mod rate_limits;
 mod response;
 
 use std::collections::hash_map::Entry;
@@ -11,9 +12,10 @@ use std::sync::Arc;
 
 use serde_saphyr::Spanned;
 
-use super::diagnostics::{ConfigError, key_line};
+use self::rate_limits::RuleFlags;
+use super::diagnostics::ConfigError;
 use super::glob::Glob;
-use super::rule::{Metadata, MetricLevel, Rule, RuleKind, Tarpit};
+use super::rule::{MetricLevel, Rule};
 use super::schema::{DescriptorYaml, DomainYaml};
 use super::tree::{Branch, Domain, FailureMode, Level, Node};
 
@@ -118,94 +120,120 @@ impl Compiler<'_> {
     fn level(&mut self, scope: &Scope, descriptors: Vec<Spanned<DescriptorYaml>>) -> Level {
         let mut level = Level::default();
         for spanned in descriptors {
-            let line = spanned.referenced.line();
-            let mut d = spanned.value;
-            let key = d.key.as_ref().map(|k| k.value.clone()).unwrap_or_default();
-            let key_line = d.key.as_ref().map_or(line, |k| k.referenced.line());
-            if key.is_empty() {
-                self.error(key_line, "descriptor: 'key' must not be empty".to_owned());
-                continue;
-            }
-            let value = d
-                .value
-                .as_ref()
-                .map(|v| v.value.clone())
-                .unwrap_or_default();
-            // envoyproxy/ratelimit's node identity: `key_value`, or `key` for key-only.
-            let final_key = if value.is_empty() {
-                key.clone()
-            } else {
-                format!("{key}_{value}")
-            };
-            let mut keys = scope.keys.clone();
-            keys.push(key.clone());
-            let path = if scope.path.is_empty() {
-                final_key.clone()
-            } else {
-                format!("{}.{final_key}", scope.path)
-            };
-            let what = format!("descriptor '{path}'");
-            let hash_tag = match &d.hash_tag {
-                Some(_) => self.hash_tag(d.hash_tag.as_ref(), &what, Some(&keys)),
-                None => scope.hash_tag.clone(),
-            };
-            let share_threshold = d.share_threshold.as_ref().is_some_and(|s| s.value);
-            if let Some(share) = &d.share_threshold
-                && share.value
-                && !value.contains('*')
-            {
-                self.error(
-                    share.referenced.line(),
-                    format!(
-                        "{what}: share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'"
-                    ),
-                );
-            }
-            let (file, source) = (self.file, self.source);
-            let mut tarpit_errors = Vec::new();
-            let mut report = |line: u64, message: String| {
-                tarpit_errors.push(ConfigError::new(file, Some(line), message))
-            };
-            let tarpit = response::tarpit(source, &what, d.tarpit.take(), &mut report);
-            self.errors.append(&mut tarpit_errors);
-            let metadata = metadata::convert(d.metadata.take());
-            let mut metric_levels = scope.metric_levels.clone();
-            metric_levels.push(metric_level(&d, &value, share_threshold));
-            let flags = RuleFlags {
-                shadow_mode: d.shadow_mode.unwrap_or(false),
-                quota_mode: d.quota_mode.unwrap_or(false),
-                detailed_metric: d.detailed_metric.unwrap_or(false),
-                metric_levels: metric_levels
-                    .contains(&MetricLevel::RequestValue)
-                    .then(|| metric_levels.clone().into()),
-                metadata,
-                hash_tag: hash_tag.clone(),
-                tarpit,
-            };
-            let rule = self.rule(&path, flags, &mut d, line);
-            let child_scope = Scope {
-                composite: format!("{}{final_key}.", scope.composite),
-                path,
-                keys,
-                hash_tag,
-                metric_levels,
-            };
-            let node = Node {
-                rule,
-                children: self.level(&child_scope, d.descriptors.unwrap_or_default()),
-                share_threshold,
-            };
-            if !insert(level.keys.entry(key).or_default(), &value, node) {
-                self.error(
-                    key_line,
-                    format!(
-                        "duplicate descriptor composite key '{}{final_key}'",
-                        scope.composite
-                    ),
-                );
-            }
+            self.descriptor(scope, &mut level, spanned);
         }
         level
+    }
+
+    /// One descriptor into `level`: its node (the rule and the level below), under
+    /// envoyproxy/ratelimit's identity, `key_value` or `key` for key-only.
+    fn descriptor(&mut self, scope: &Scope, level: &mut Level, spanned: Spanned<DescriptorYaml>) {
+        let line = spanned.referenced.line();
+        let mut d = spanned.value;
+        let key = d.key.as_ref().map(|k| k.value.clone()).unwrap_or_default();
+        let key_line = d.key.as_ref().map_or(line, |k| k.referenced.line());
+        if key.is_empty() {
+            self.error(key_line, "descriptor: 'key' must not be empty".to_owned());
+            return;
+        }
+        let value = d
+            .value
+            .as_ref()
+            .map(|v| v.value.clone())
+            .unwrap_or_default();
+        let final_key = if value.is_empty() {
+            key.clone()
+        } else {
+            format!("{key}_{value}")
+        };
+        let mut keys = scope.keys.clone();
+        keys.push(key.clone());
+        let path = if scope.path.is_empty() {
+            final_key.clone()
+        } else {
+            format!("{}.{final_key}", scope.path)
+        };
+        let what = format!("descriptor '{path}'");
+        let hash_tag = match &d.hash_tag {
+            Some(_) => self.hash_tag(d.hash_tag.as_ref(), &what, Some(&keys)),
+            None => scope.hash_tag.clone(),
+        };
+        let share_threshold = self.share_threshold(&d, &value, &what, &final_key);
+        let mut metric_levels = scope.metric_levels.clone();
+        metric_levels.push(metric_level(&d, &value, share_threshold));
+        let flags = self.flags(&mut d, &what, hash_tag.clone(), &metric_levels);
+        let rule = self.rule(&path, flags, &mut d, line);
+        let child_scope = Scope {
+            composite: format!("{}{final_key}.", scope.composite),
+            path,
+            keys,
+            hash_tag,
+            metric_levels,
+        };
+        let node = Node {
+            rule,
+            children: self.level(&child_scope, d.descriptors.unwrap_or_default()),
+            share_threshold,
+        };
+        if !insert(level.keys.entry(key).or_default(), &value, node) {
+            self.error(
+                key_line,
+                format!(
+                    "duplicate descriptor composite key '{}{final_key}'",
+                    scope.composite
+                ),
+            );
+        }
+    }
+
+    /// `share_threshold`, which only a wildcard value can share.
+    fn share_threshold(
+        &mut self,
+        d: &DescriptorYaml,
+        value: &str,
+        what: &str,
+        final_key: &str,
+    ) -> bool {
+        let Some(share) = d.share_threshold.as_ref().filter(|s| s.value) else {
+            return false;
+        };
+        if !value.contains('*') {
+            self.error(
+                share.referenced.line(),
+                format!(
+                    "{what}: share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'"
+                ),
+            );
+        }
+        true
+    }
+
+    /// The descriptor-level settings its rule carries.
+    fn flags(
+        &mut self,
+        d: &mut DescriptorYaml,
+        what: &str,
+        hash_tag: Option<Arc<[Arc<str>]>>,
+        metric_levels: &[MetricLevel],
+    ) -> RuleFlags {
+        let (file, source) = (self.file, self.source);
+        let mut tarpit_errors = Vec::new();
+        let mut report = |line: u64, message: String| {
+            tarpit_errors.push(ConfigError::new(file, Some(line), message))
+        };
+        let tarpit = response::tarpit(source, what, d.tarpit.take(), &mut report);
+        self.errors.append(&mut tarpit_errors);
+        RuleFlags {
+            shadow_mode: d.shadow_mode.unwrap_or(false),
+            quota_mode: d.quota_mode.unwrap_or(false),
+            detailed_metric: d.detailed_metric.unwrap_or(false),
+            metric_levels: metric_levels
+                .contains(&MetricLevel::RequestValue)
+                .then(|| metric_levels.into()),
+            metadata: metadata::convert(d.metadata.take()),
+            hash_tag,
+            tarpit,
+        }
     }
 
     /// Validates a `hash_tag` list. At descriptor level every key must be on the
@@ -248,112 +276,6 @@ impl Compiler<'_> {
                 .collect(),
         )
     }
-
-    /// A descriptor's `rate_limit` or `rate_limits` as one rule.
-    fn rule(
-        &mut self,
-        path: &str,
-        flags: RuleFlags,
-        d: &mut DescriptorYaml,
-        line: u64,
-    ) -> Option<Rule> {
-        let what = format!("descriptor '{path}'");
-        let mut mappings = Vec::new();
-        match (d.rate_limit.take(), d.rate_limits.take()) {
-            (None, None) => return None,
-            (Some(_), Some(list)) => {
-                self.error(
-                    key_line(self.source, list.referenced.line(), "rate_limits"),
-                    format!("{what}: use either rate_limit or rate_limits, not both"),
-                );
-                return None;
-            }
-            (Some(one), None) => mappings.push(("rate_limit".to_owned(), one)),
-            (None, Some(list)) => {
-                if list.value.is_empty() {
-                    let line = key_line(self.source, list.referenced.line(), "rate_limits");
-                    self.error(line, format!("{what}: rate_limits: must not be empty"));
-                    return None;
-                }
-                for (i, one) in list.value.into_iter().enumerate() {
-                    mappings.push((format!("rate_limits[{i}]"), one));
-                }
-            }
-        }
-        let several = mappings.len() > 1;
-        let (file, source) = (self.file, self.source);
-        let mut errors = Vec::new();
-        let mut parsed = Vec::new();
-        for (field, mapping) in mappings {
-            let mut report = |line: u64, message: String| {
-                errors.push(ConfigError::new(file, Some(line), message))
-            };
-            parsed.extend(limit::parse(source, &what, &field, mapping, &mut report));
-        }
-        let failed = !errors.is_empty();
-        self.errors.append(&mut errors);
-
-        let mut limits = Vec::new();
-        let mut unlimited = false;
-        let mut replaces: Vec<(Arc<str>, u64)> = Vec::new();
-        for p in parsed {
-            match p.limit {
-                Some(limit) => limits.push(limit),
-                None => unlimited = true,
-            }
-            replaces.extend(p.replaces);
-        }
-        if unlimited && several {
-            self.error(
-                line,
-                format!("{what}: rate_limits: an unlimited entry makes the others meaningless"),
-            );
-            return None;
-        }
-        let name: Option<Arc<str>> = limits.iter().find_map(|l| l.name.clone());
-        let own: Vec<Arc<str>> = limits.iter().filter_map(|l| l.name.clone()).collect();
-        let mut ok = !failed;
-        for (replaced, r_line) in &replaces {
-            if own.contains(replaced) {
-                self.error(
-                    *r_line,
-                    format!("{what}: replaces: replaces should not contain name of same descriptor ('{replaced}')"),
-                );
-                ok = false;
-            }
-        }
-        let kind = if unlimited {
-            RuleKind::Unlimited
-        } else {
-            RuleKind::Limited(limits)
-        };
-        let rule = Rule {
-            path: path.into(),
-            name,
-            kind,
-            replaces: replaces.into_iter().map(|(r, _)| r).collect(),
-            shadow_mode: flags.shadow_mode,
-            quota_mode: flags.quota_mode,
-            detailed_metric: flags.detailed_metric,
-            metric_levels: flags.metric_levels,
-            metadata: flags.metadata,
-            hash_tag: flags.hash_tag,
-            tarpit: flags.tarpit,
-        };
-        self.rules.push(rule.clone());
-        ok.then_some(rule)
-    }
-}
-
-/// Descriptor-level settings that end up on the rule.
-struct RuleFlags {
-    shadow_mode: bool,
-    quota_mode: bool,
-    detailed_metric: bool,
-    metric_levels: Option<Arc<[MetricLevel]>>,
-    metadata: Option<Metadata>,
-    hash_tag: Option<Arc<[Arc<str>]>>,
-    tarpit: Option<Tarpit>,
 }
 
 /// How a node appears in its rules' metric keys, as envoyproxy/ratelimit builds them:

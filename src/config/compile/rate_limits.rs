@@ -1,0 +1,139 @@
+//! A descriptor's `rate_limit` or `rate_limits` into its one [`Rule`]: each mapping
+//! validated (`limit.rs`), then the rules that span them (an unlimited entry among
+//! others, a rule that replaces itself).
+
+use std::sync::Arc;
+
+use serde_saphyr::Spanned;
+
+use super::{Compiler, limit};
+use crate::config::diagnostics::{ConfigError, key_line};
+use crate::config::rule::{Metadata, MetricLevel, Rule, RuleKind, Tarpit};
+use crate::config::schema::{DescriptorYaml, RateLimitYaml};
+
+impl Compiler<'_> {
+    /// A descriptor's `rate_limit` or `rate_limits` as one rule.
+    pub(super) fn rule(
+        &mut self,
+        path: &str,
+        flags: RuleFlags,
+        d: &mut DescriptorYaml,
+        line: u64,
+    ) -> Option<Rule> {
+        let what = format!("descriptor '{path}'");
+        let mappings = self.mappings(&what, d)?;
+        let several = mappings.len() > 1;
+        let (parsed, failed) = self.limits(&what, mappings);
+        let mut limits = Vec::new();
+        let mut unlimited = false;
+        let mut replaces: Vec<(Arc<str>, u64)> = Vec::new();
+        for p in parsed {
+            match p.limit {
+                Some(limit) => limits.push(limit),
+                None => unlimited = true,
+            }
+            replaces.extend(p.replaces);
+        }
+        if unlimited && several {
+            self.error(
+                line,
+                format!("{what}: rate_limits: an unlimited entry makes the others meaningless"),
+            );
+            return None;
+        }
+        let name: Option<Arc<str>> = limits.iter().find_map(|l| l.name.clone());
+        let own: Vec<Arc<str>> = limits.iter().filter_map(|l| l.name.clone()).collect();
+        let mut ok = !failed;
+        for (replaced, r_line) in &replaces {
+            if own.contains(replaced) {
+                self.error(
+                    *r_line,
+                    format!("{what}: replaces: replaces should not contain name of same descriptor ('{replaced}')"),
+                );
+                ok = false;
+            }
+        }
+        let kind = if unlimited {
+            RuleKind::Unlimited
+        } else {
+            RuleKind::Limited(limits)
+        };
+        let rule = Rule {
+            path: path.into(),
+            name,
+            kind,
+            replaces: replaces.into_iter().map(|(r, _)| r).collect(),
+            shadow_mode: flags.shadow_mode,
+            quota_mode: flags.quota_mode,
+            detailed_metric: flags.detailed_metric,
+            metric_levels: flags.metric_levels,
+            metadata: flags.metadata,
+            hash_tag: flags.hash_tag,
+            tarpit: flags.tarpit,
+        };
+        self.rules.push(rule.clone());
+        ok.then_some(rule)
+    }
+
+    /// `rate_limit`, or each entry of `rate_limits`, with its name in messages.
+    fn mappings(
+        &mut self,
+        what: &str,
+        d: &mut DescriptorYaml,
+    ) -> Option<Vec<(String, Spanned<RateLimitYaml>)>> {
+        match (d.rate_limit.take(), d.rate_limits.take()) {
+            (None, None) => None,
+            (Some(_), Some(list)) => {
+                self.error(
+                    key_line(self.source, list.referenced.line(), "rate_limits"),
+                    format!("{what}: use either rate_limit or rate_limits, not both"),
+                );
+                None
+            }
+            (Some(one), None) => Some(vec![("rate_limit".to_owned(), one)]),
+            (None, Some(list)) if list.value.is_empty() => {
+                let line = key_line(self.source, list.referenced.line(), "rate_limits");
+                self.error(line, format!("{what}: rate_limits: must not be empty"));
+                None
+            }
+            (None, Some(list)) => Some(
+                list.value
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, one)| (format!("rate_limits[{i}]"), one))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Each mapping validated; also whether any had an error.
+    fn limits(
+        &mut self,
+        what: &str,
+        mappings: Vec<(String, Spanned<RateLimitYaml>)>,
+    ) -> (Vec<limit::Parsed>, bool) {
+        let (file, source) = (self.file, self.source);
+        let mut errors = Vec::new();
+        let mut parsed = Vec::new();
+        for (field, mapping) in mappings {
+            let mut report = |line: u64, message: String| {
+                errors.push(ConfigError::new(file, Some(line), message))
+            };
+            parsed.extend(limit::parse(source, what, &field, mapping, &mut report));
+        }
+        let failed = !errors.is_empty();
+        self.errors.append(&mut errors);
+        (parsed, failed)
+    }
+}
+
+/// Descriptor-level settings that end up on the rule.
+pub(super) struct RuleFlags {
+    pub(super) shadow_mode: bool,
+    pub(super) quota_mode: bool,
+    pub(super) detailed_metric: bool,
+    pub(super) metric_levels: Option<Arc<[MetricLevel]>>,
+    pub(super) metadata: Option<Metadata>,
+    pub(super) hash_tag: Option<Arc<[Arc<str>]>>,
+    pub(super) tarpit: Option<Tarpit>,
+}
