@@ -133,20 +133,7 @@ pub(super) fn build<'a>(
     }
 
     let hold = if enforced_denial && !global_shadow {
-        let retry_after = retry_after(&reports);
-        if let Some(retry) = retry_after {
-            let header = retry_after_header(retry, options.retry_after_jitter);
-            response.response_headers_to_add.push(header);
-        }
-        if let Some(domain) = domain {
-            let limit = reports
-                .iter()
-                .find_map(|r| r.denial.map(|d| d.limit_name))
-                .unwrap_or_default();
-            let (body, content_type) = denied_body(&domain.raw_body, limit, retry_after);
-            response.raw_body = body;
-            response.response_headers_to_add.push(content_type);
-        }
+        denied(&mut response, domain, &reports, options);
         tarpit(&reports)
     } else if !enforced_denial {
         shaping(&plan.ops, decisions)
@@ -154,6 +141,29 @@ pub(super) fn build<'a>(
         Hold::None
     };
     Answer { response, hold }
+}
+
+/// What a denied answer carries: Retry-After, and the domain's 429 body.
+fn denied(
+    response: &mut RateLimitResponse,
+    domain: Option<&Domain>,
+    reports: &[Report<'_>],
+    options: &LimiterOptions,
+) {
+    let retry_after = retry_after(reports);
+    if let Some(retry) = retry_after {
+        let header = retry_after_header(retry, options.retry_after_jitter);
+        response.response_headers_to_add.push(header);
+    }
+    if let Some(domain) = domain {
+        let limit = reports
+            .iter()
+            .find_map(|r| r.denial.map(|d| d.limit_name))
+            .unwrap_or_default();
+        let (body, content_type) = denied_body(&domain.raw_body, limit, retry_after);
+        response.raw_body = body;
+        response.response_headers_to_add.push(content_type);
+    }
 }
 
 /// One descriptor's status and report. With several limits, the one reported is the

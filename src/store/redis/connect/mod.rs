@@ -206,6 +206,25 @@ pub fn refused_by_settings(error: &str) -> bool {
 /// password fails at start-up with a message naming the target, never the password.
 pub async fn connect(options: &RedisOptions) -> Result<Connection, String> {
     let target = redact_target(&options.target);
+    let mut connection = open(options, &target).await?;
+    let ping = redis::cmd("PING");
+    tokio::time::timeout(
+        options.connect_timeout,
+        ping.query_async::<()>(&mut connection),
+    )
+    .await
+    .map_err(|_| {
+        format!(
+            "Redis at {target} did not answer PING within {:?}",
+            options.connect_timeout
+        )
+    })?
+    .map_err(|e| format!("cannot connect to Redis at {target}: {}", describe(&e)))?;
+    Ok(connection)
+}
+
+/// The connection of `options.target`'s kind (`target` is its redacted name).
+async fn open(options: &RedisOptions, target: &str) -> Result<Connection, String> {
     let fail =
         |e: redis::RedisError| format!("cannot connect to Redis at {target}: {}", describe(&e));
     // A server that accepts the TCP connection and then says nothing must not hold
@@ -220,7 +239,7 @@ pub async fn connect(options: &RedisOptions) -> Result<Connection, String> {
         .set_connection_timeout(Some(options.connect_timeout))
         .set_response_timeout(Some(client_timeout(options.timeout)))
         .set_number_of_retries(2);
-    let mut connection = match &options.target {
+    Ok(match &options.target {
         RedisTarget::Standalone(url) => {
             let info = with_auth(url, options.auth.as_deref()).map_err(fail)?;
             let client = match &certificates {
@@ -276,21 +295,7 @@ pub async fn connect(options: &RedisOptions) -> Result<Connection, String> {
                 .map(Connection::Sentinel)
                 .map_err(fail)?
         }
-    };
-    let ping = redis::cmd("PING");
-    tokio::time::timeout(
-        options.connect_timeout,
-        ping.query_async::<()>(&mut connection),
-    )
-    .await
-    .map_err(|_| {
-        format!(
-            "Redis at {target} did not answer PING within {:?}",
-            options.connect_timeout
-        )
-    })?
-    .map_err(fail)?;
-    Ok(connection)
+    })
 }
 
 /// A Redis error in words, without echoing connection details that may hold secrets.
