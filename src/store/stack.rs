@@ -31,8 +31,17 @@ pub async fn build(
 ) -> Result<Arc<dyn Store>, StoreError> {
     match backend {
         Backend::Memory { max_bytes } => Ok(memory(*max_bytes, metrics)),
+        // Boxed: the Redis start-up future nests deep enough that, inlined into
+        // `serve`'s, its layout overflowed the compiler's query depth.
         Backend::Redis { options, .. } => {
-            redis(options, backend.kind(), breaker, local_cache_bytes, metrics).await
+            Box::pin(redis(
+                options,
+                backend.kind(),
+                breaker,
+                local_cache_bytes,
+                metrics,
+            ))
+            .await
         }
     }
 }
