@@ -121,6 +121,21 @@ pub fn differences(var: &dyn Fn(&str) -> Option<String>, path: &Path) -> Vec<Str
         .filter(|d| d.failure_mode == FailureMode::Allow && limited.contains(&&*d.name))
         .map(|d| &*d.name)
         .collect();
+    if var("REDIS_URL").is_some() && var("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION").is_none() {
+        out.push(
+            "health: an unreachable Redis makes tollgate NOT_SERVING \
+             (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION defaults to true here, false upstream); \
+             set it to false to match"
+                .to_owned(),
+        );
+    }
+    if var("REDIS_URL").is_some() && !limited.is_empty() {
+        out.push(format!(
+            "switch: tollgate's Redis keys are its own, so every counter starts from zero \
+             when it takes over (upstream's counts are not read): domains {}",
+            limited.join(", ")
+        ));
+    }
     if var("REDIS_URL").is_some() && !fail_open.is_empty() {
         out.push(format!(
             "behaviour: on a Redis error tollgate answers OK (failure_mode: allow, the \

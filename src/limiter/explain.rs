@@ -3,7 +3,8 @@
 //! came from the domain's `failure_mode` (the store could not decide), and per
 //! descriptor its entries, rule, shadow mode and each limit with what remained and
 //! whether the local over-limit cache answered it. Shown at `LOG_LEVEL=debug` or with
-//! `RUST_LOG=decision=debug`; when that level is off, [`log`] costs one level check
+//! `RUST_LOG=info,decision=debug` (a bare `decision=debug` hides every other line);
+//! when that level is off, [`log`] costs one level check
 //! and builds nothing.
 
 use serde::Serialize;

@@ -1,4 +1,4 @@
-//! DESIGN.md section 3 at the limiter, in process (`Limiter` over a `MemoryStore` with
+//! envoyproxy/ratelimit's matching semantics (docs/configuration.md) at the limiter, in process (`Limiter` over a `MemoryStore` with
 //! a `ManualClock`): replaces, unlimited, Envoy's limit override, request- and
 //! descriptor-level hits_addend, a denied request consuming nothing, two descriptors
 //! on one counter, per-rule and global shadow mode, epoch-aligned fixed windows, and

@@ -6,8 +6,8 @@
 //! its own (`common::redis::custom`).
 //!
 //! Only suites that need a process of their own are other binaries: `tests/e2e/`
-//! (Envoy and the Python client from the venv) and `tests/alloc_free_matching.rs`
-//! (a counting global allocator).
+//! (Envoy and the Python client from the venv), and `tests/alloc_free_matching.rs` and
+//! `tests/alloc_per_request.rs` (each a counting global allocator): four binaries.
 
 mod common;
 

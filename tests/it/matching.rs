@@ -1,8 +1,8 @@
-//! DESIGN.md section 3, matcher rules, on configs built from YAML through
+//! envoyproxy/ratelimit's matcher rules (docs/configuration.md), on configs built from YAML through
 //! `tollgate::config::matcher::find`: exact over wildcard over key-only, wildcard config
 //! order, wildcards anywhere and several, no backtracking, the last-entry rule,
 //! unknown keys and empty descriptors, and the share_threshold bit. The limiter-level
-//! rules of section 3 are in `limiter.rs`.
+//! rules (replaces, unlimited, overrides, hits_addend) are in `limiter.rs`.
 
 use crate::common;
 

@@ -24,14 +24,31 @@ fn migrate_check(env: &str, config: &str) -> (Option<i32>, String) {
     (out.status.code(), text(&out.stdout) + &text(&out.stderr))
 }
 
+/// One difference no setting removes: the counters start over at the switch.
 #[test]
-fn an_environment_that_asks_for_tollgate_behaviour_has_no_difference() {
+fn an_environment_that_asks_for_tollgate_behaviour_differs_only_in_fresh_counters() {
     let env = "USE_STATSD=false\nREDIS_URL=redis://127.0.0.1:6379\n\
-               STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true\n";
+               STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true\n\
+               REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true\n";
     let config = format!("{LIMITED}failure_mode: error\n");
     let (code, out) = migrate_check(env, &config);
-    assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("0 difference(s)"), "{out}");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("switch: tollgate's Redis keys are its own") && out.contains("domains shop"),
+        "{out}"
+    );
+    assert!(out.contains("1 difference(s)"), "{out}");
+}
+
+#[test]
+fn health_following_redis_is_named_unless_asked_for() {
+    let env = "USE_STATSD=false\nREDIS_URL=redis://127.0.0.1:6379\n";
+    let unlimited =
+        "domain: shop\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n";
+    let (code, out) = migrate_check(env, unlimited);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("health: an unreachable Redis"), "{out}");
+    assert!(out.contains("1 difference(s)"), "{out}");
 }
 
 #[test]
@@ -55,7 +72,8 @@ fn refused_and_ignored_settings_and_documented_differences_are_each_named() {
 #[test]
 fn fail_open_applies_only_with_redis_and_limited_domains() {
     let env = "USE_STATSD=false\nREDIS_URL=redis://127.0.0.1:6379\n\
-               STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true\n";
+               STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true\n\
+               REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true\n";
     let (code, out) = migrate_check(env, LIMITED);
     assert_eq!(code, Some(1), "{out}");
     assert!(

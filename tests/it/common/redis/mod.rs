@@ -1,4 +1,5 @@
-//! Real `redis-server` processes for integration tests (DESIGN.md section 9): the entry
+//! Real `redis-server` processes for integration tests (README, "What scripts/test
+//! does"): the entry
 //! points [`standalone()`] and [`cluster()`], the handles they return, and re-exports of
 //! the helpers the tests use.
 //!
