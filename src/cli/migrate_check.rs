@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::console;
-use crate::config::{FailureMode, RuleKind};
+use crate::config::{Config, FailureMode, RuleKind};
 use crate::settings::{ServeFlags, ServeSettings, compat, parse_bool};
 
 #[derive(Debug, clap::Args)]
@@ -58,6 +58,21 @@ pub fn run(args: MigrateCheckArgs) -> ExitCode {
 
 /// Every difference, one line each, settings first.
 pub fn differences(var: &dyn Fn(&str) -> Option<String>, path: &Path) -> Vec<String> {
+    let mut out = setting_differences(var);
+    match crate::server::reload::load_set(path) {
+        Ok(set) => out.extend(behaviour_differences(var, &set.config)),
+        Err(error) => {
+            for message in error.messages() {
+                out.push(format!("config: {message}"));
+            }
+        }
+    }
+    out
+}
+
+/// What the environment alone changes: settings refused or ignored, and defaults
+/// that differ (statsd, the store).
+fn setting_differences(var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
     let mut out = Vec::new();
     for refused in compat::refused_all(var) {
         out.push(format!("setting {refused} (serve refuses to start)"));
@@ -89,15 +104,12 @@ pub fn differences(var: &dyn Fn(&str) -> Option<String>, path: &Path) -> Vec<Str
                 .to_owned(),
         );
     }
-    let config = match crate::server::reload::load_set(path) {
-        Ok(set) => set.config,
-        Err(error) => {
-            for message in error.messages() {
-                out.push(format!("config: {message}"));
-            }
-            return out;
-        }
-    };
+    out
+}
+
+/// The documented differences that apply to this config under this environment.
+fn behaviour_differences(var: &dyn Fn(&str) -> Option<String>, config: &Config) -> Vec<String> {
+    let mut out = Vec::new();
     let domains = config.domains();
     let limited: Vec<&str> = domains
         .iter()

@@ -1,6 +1,6 @@
 //! Where the served config came from: `tollgate_config_source_info{source,version}`
-//! (always 1; `file` with the files' hash as version, or `xds` with the control
-//! plane's `version_info`) and, for xDS, `tollgate_xds_connected` (1 while a stream to
+//! (always 1; the source's name, `server::reload::ConfigSource`: `file` with the
+//! files' hash as version, or `xds` with the control plane's `version_info`) and, for xDS, `tollgate_xds_connected` (1 while a stream to
 //! the control plane is open) and `tollgate_xds_updates_total{result}` (responses
 //! ACKed or NACKed). When an update was last refused is the reload failure timestamp
 //! of the lifecycle metrics, whichever the source.
@@ -23,7 +23,7 @@ impl SourceMetrics {
         let info = Family::default();
         registry.register(
             "tollgate_config_source_info",
-            "Always 1; source is file or xds, version the files' hash or the xDS version_info served",
+            "Always 1; source names the config source (file, xds), version what it served (the files' hash, the xDS version_info)",
             info.clone(),
         );
         let connected = Gauge::default();
