@@ -59,6 +59,7 @@ mod simulate;
 mod start_without_redis;
 mod startup_health;
 mod store_contract;
+mod stuck_stderr;
 mod tls;
 mod tracing_b3;
 mod tracing_otlp;
