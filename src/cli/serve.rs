@@ -78,10 +78,11 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
             "exporting trace spans over OTLP"
         );
     }
-    let metrics = Arc::new(Metrics::with_names(
+    let metrics = Arc::new(Metrics::with_bounds(
         observability.near_limit_ratio,
         observability.metrics,
         observability.metric_names,
+        observability.series,
     ));
     // Named before the config: a user at LOG_LEVEL=warn must still learn that a
     // setting they rely on (USE_STATSD, ...) does nothing here.

@@ -23,7 +23,7 @@ use crate::store::{CounterKey, CounterOp};
 
 /// Rule name of limits that come from Envoy's per-descriptor override: their counter
 /// name, and what logs and spans show for them.
-pub const OVERRIDE_RULE: &str = "(override)";
+pub const OVERRIDE_RULE: &str = crate::metrics::OVERRIDE_SERIES;
 
 /// [`OVERRIDE_RULE`] as counter keys hold it: made once, so an override's key, built
 /// per request, shares it instead of allocating its own.
@@ -35,7 +35,7 @@ pub fn rule_name(rule: Option<&Rule>) -> &str {
 }
 
 /// [`rule_name`] as a shared string (the metrics' `rule` label).
-pub fn rule_label<'r>(rule: Option<&'r Rule>) -> &'r Arc<str> {
+pub fn rule_label(rule: Option<&Rule>) -> &Arc<str> {
     rule.map_or(&OVERRIDE_RULE_ARC, |r| &r.path)
 }
 
