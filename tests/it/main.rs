@@ -38,6 +38,7 @@ mod logs;
 mod matching;
 mod memory_store;
 mod memory_usage;
+mod metric_cardinality;
 mod metrics;
 mod migrate_check;
 mod node_isolation;
