@@ -30,6 +30,40 @@ fn latency() -> Histogram {
     Histogram::new(LATENCY_BUCKETS)
 }
 
+/// `metric`, registered as `name`; a handle to it back.
+fn registered<M: Clone + prometheus_client::registry::Metric>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// A counter family with one label, and the handle of each of its `values`.
+fn counters<const N: usize>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    (label, values): (&'static str, [&'static str; N]),
+) -> [Counter; N] {
+    let family = registered(registry, name, help, Family::<One, Counter>::default());
+    values.map(|value| family.get_or_create_owned(&[(label, value)]))
+}
+
+/// A latency histogram family (seconds) with one label, and each value's handle.
+fn histograms<const N: usize>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    (label, values): (&'static str, [&'static str; N]),
+) -> [Histogram; N] {
+    let family = Family::<One, Histogram, fn() -> Histogram>::new_with_constructor(latency);
+    registry.register_with_unit(name, help, Unit::Seconds, family.clone());
+    values.map(|value| family.get_or_create_owned(&[(label, value)]))
+}
+
 /// A backend operation, as the store seam names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendOp {
@@ -105,7 +139,7 @@ pub(super) struct ServiceMetrics {
     /// By operation, then by kind.
     backend_errors: [[Counter; 3]; 2],
     /// In `FailureMode::ALL` order.
-    fallbacks: Vec<Counter>,
+    fallbacks: [Counter; 4],
     reloads: [Counter; 2],
     generation: Gauge,
     config_info: Family<[(&'static str, String); 1], Gauge>,
@@ -113,93 +147,80 @@ pub(super) struct ServiceMetrics {
 
 impl ServiceMetrics {
     pub(super) fn register(registry: &mut Registry) -> Self {
-        let one = |registry: &mut Registry, name: &str, help: &str| {
-            let family = Family::<One, Counter>::default();
-            registry.register(name, help, family.clone());
-            family
-        };
-        let duration = Family::<One, Histogram, fn() -> Histogram>::new_with_constructor(latency);
-        registry.register_with_unit(
-            "tollgate_request_duration",
-            "ShouldRateLimit latency as the caller sees it (shaping and tarpit waits included), by result",
-            Unit::Seconds,
-            duration.clone(),
-        );
-        let requests = one(
-            registry,
-            "tollgate_requests",
-            "ShouldRateLimit requests (gRPC and /json), by result",
-        );
-        let errors = one(
-            registry,
-            "tollgate_request_errors",
-            "Requests answered with an error, by kind",
-        );
         let descriptors = Histogram::new(DESCRIPTOR_BUCKETS);
-        registry.register(
-            "tollgate_request_descriptors",
-            "Descriptors per request",
-            descriptors.clone(),
-        );
-        let backend = Family::<One, Histogram, fn() -> Histogram>::new_with_constructor(latency);
-        registry.register_with_unit(
-            "tollgate_backend_duration",
-            "Latency of the calls that reach the counter store, by operation",
-            Unit::Seconds,
-            backend.clone(),
-        );
         let backend_errors = Family::<Two, Counter>::default();
-        registry.register(
-            "tollgate_backend_errors",
-            "Counter store calls that failed, by operation and kind",
-            backend_errors.clone(),
-        );
-        let fallbacks = one(
-            registry,
-            "tollgate_fallback_decisions",
-            "Requests decided by their domain's failure_mode because the store could not",
-        );
-        let reloads = one(
-            registry,
-            "tollgate_config_reloads",
-            "Config reloads that swapped a new set in (success) or kept the old one (failure)",
-        );
         let generation = Gauge::default();
-        registry.register(
-            "tollgate_config_generation",
-            "Generation of the served config: 1 at start-up, one more per reload",
-            generation.clone(),
-        );
-        let config_info = Family::default();
-        registry.register(
-            "tollgate_config_info",
-            "The served config set; the hash label is the hash of its files (as /config.json)",
-            config_info.clone(),
-        );
         generation.set(1);
-        let get = |family: &Family<One, Counter>, label: &'static str, value: &'static str| {
-            family.get_or_create_owned(&[(label, value)])
-        };
+        let config_info = Family::default();
+        let modes = FailureMode::ALL.map(|(_, name)| name);
         Self {
-            request_duration: REQUEST_RESULTS
-                .map(|r| duration.get_or_create_owned(&[("result", r)])),
-            requests: REQUEST_RESULTS.map(|r| get(&requests, "result", r)),
-            request_errors: REQUEST_ERRORS.map(|k| get(&errors, "kind", k)),
-            descriptors,
-            backend_duration: BACKEND_OPS
-                .map(|op| backend.get_or_create_owned(&[("operation", op)])),
-            backend_errors: BACKEND_OPS.map(|op| {
-                BACKEND_ERRORS.map(|kind| {
-                    backend_errors.get_or_create_owned(&[("operation", op), ("kind", kind)])
+            request_duration: histograms(
+                registry,
+                "tollgate_request_duration",
+                "ShouldRateLimit latency as the caller sees it (shaping and tarpit waits included), by result",
+                ("result", REQUEST_RESULTS),
+            ),
+            requests: counters(
+                registry,
+                "tollgate_requests",
+                "ShouldRateLimit requests (gRPC and /json), by result",
+                ("result", REQUEST_RESULTS),
+            ),
+            request_errors: counters(
+                registry,
+                "tollgate_request_errors",
+                "Requests answered with an error, by kind",
+                ("kind", REQUEST_ERRORS),
+            ),
+            descriptors: registered(
+                registry,
+                "tollgate_request_descriptors",
+                "Descriptors per request",
+                descriptors,
+            ),
+            backend_duration: histograms(
+                registry,
+                "tollgate_backend_duration",
+                "Latency of the calls that reach the counter store, by operation",
+                ("operation", BACKEND_OPS),
+            ),
+            backend_errors: {
+                let family = registered(
+                    registry,
+                    "tollgate_backend_errors",
+                    "Counter store calls that failed, by operation and kind",
+                    backend_errors,
+                );
+                BACKEND_OPS.map(|op| {
+                    BACKEND_ERRORS.map(|kind| {
+                        family.get_or_create_owned(&[("operation", op), ("kind", kind)])
+                    })
                 })
-            }),
-            fallbacks: FailureMode::ALL
-                .iter()
-                .map(|(_, name)| get(&fallbacks, "failure_mode", name))
-                .collect(),
-            reloads: ["success", "failure"].map(|r| get(&reloads, "result", r)),
-            generation,
-            config_info,
+            },
+            fallbacks: counters(
+                registry,
+                "tollgate_fallback_decisions",
+                "Requests decided by their domain's failure_mode because the store could not",
+                ("failure_mode", modes),
+            ),
+            reloads: counters(
+                registry,
+                "tollgate_config_reloads",
+                "Config reloads that swapped a new set in (success) or kept the old one (failure)",
+                ("result", ["success", "failure"]),
+            ),
+            generation: registered(
+                registry,
+                "tollgate_config_generation",
+                "Generation of the served config: 1 at start-up, one more per reload",
+                generation,
+            ),
+            config_info: registered(
+                registry,
+                "tollgate_config_info",
+                "The served config set; the hash label is the hash of its files (as /config.json)",
+                config_info,
+            ),
         }
     }
 
