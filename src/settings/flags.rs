@@ -74,7 +74,7 @@ pub struct ServeFlags {
     /// Series made from request values (detailed_metric, value_to_metric, Envoy's limit override) kept per rule; further values count on the rule's descriptor="(overflow)" series [default: $TOLLGATE_METRIC_SERIES_PER_RULE, else 1000]
     #[arg(long, value_name = "N")]
     pub metric_series_per_rule: Option<usize>,
-    /// Series made from request values kept in all rules together [default: $TOLLGATE_METRIC_SERIES_MAX, else 5000]
+    /// Series made from request values kept in all rules together [default: $TOLLGATE_METRIC_SERIES_MAX, else 4000]
     #[arg(long, value_name = "N")]
     pub metric_series_max: Option<usize>,
     /// Memory for the local over-limit cache, in bytes; 0 turns it off [default: $LOCAL_CACHE_SIZE_IN_BYTES, else 16 MiB]
