@@ -58,7 +58,17 @@ pub enum Command {
     Bench(bench::BenchArgs),
 }
 
+/// How long the exit waits for queued log lines to reach stderr (a stuck reader must
+/// not hold the exit for longer).
+const LOG_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub async fn run(cli: Cli) -> ExitCode {
+    let code = run_command(cli).await;
+    crate::telemetry::nonblocking::flush(LOG_FLUSH);
+    code
+}
+
+async fn run_command(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Serve(flags) => match serve::run(flags).await {
             Ok(()) => ExitCode::SUCCESS,

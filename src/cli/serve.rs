@@ -57,10 +57,11 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
     let logs = LogSettings::from_env(&env)?;
     let settings = ServeSettings::resolve(&flags, &env).map_err(ServeError::Settings)?;
     let telemetry = start_telemetry(&logs, &settings)?;
-    let metrics = Arc::new(Metrics::with_names(
+    let metrics = Arc::new(Metrics::with_bounds(
         settings.observability.near_limit_ratio,
         settings.observability.metrics,
         settings.observability.metric_names,
+        settings.observability.series,
     ));
     // Named before the config: a user at LOG_LEVEL=warn must still learn that a
     // setting they rely on (USE_STATSD, ...) does nothing here.

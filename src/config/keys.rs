@@ -79,7 +79,7 @@ enum Node {
     Seq(Vec<Spanned<Node>>),
     Bool(bool),
     Int(i128),
-    Float,
+    Float(f64),
     Text(String),
     Null,
 }
@@ -102,7 +102,7 @@ fn walk(node: &Spanned<Node>, shape: &Shape, field: &str, found: &mut Vec<(u64, 
             Node::Text(t) => format!("'{t}'"),
             Node::Bool(b) => format!("'{b}'"),
             Node::Int(i) => format!("'{i}'"),
-            Node::Float => "a decimal number".to_owned(),
+            Node::Float(_) => "a decimal number".to_owned(),
             Node::Null => "nothing".to_owned(),
         };
         found.push((line, format!("{field}: expected {expected} (got {got})")));
@@ -129,9 +129,13 @@ fn walk(node: &Spanned<Node>, shape: &Shape, field: &str, found: &mut Vec<(u64, 
         (Shape::List(_), _) => wrong("a list"),
         (Shape::Map(keys), Node::Map(entries)) => {
             for (key, value) in entries {
-                let name = match &key.value {
-                    Node::Text(t) => t.as_str(),
-                    _ => "",
+                let Node::Text(name) = &key.value else {
+                    // upstream's words (`validateYamlKeys`), naming the value: a key
+                    // written `0.25:` is a number to YAML, not the text "0.25".
+                    let what = key_text(&key.value);
+                    let message = format!("key is not of type string: {what}");
+                    found.push((key.referenced.line(), message));
+                    continue;
                 };
                 match keys.iter().find(|(k, _)| *k == name) {
                     Some((k, shape)) => walk(value, shape, k, found),
@@ -140,8 +144,7 @@ fn walk(node: &Spanned<Node>, shape: &Shape, field: &str, found: &mut Vec<(u64, 
                         found.push((
                             key.referenced.line(),
                             format!(
-                                "unknown key '{}' (expected one of {})",
-                                key_text(&key.value),
+                                "unknown key '{name}' (expected one of {})",
                                 known.join(", ")
                             ),
                         ));
@@ -160,14 +163,16 @@ fn is_bool_text(text: &str) -> bool {
         .any(|s| text.trim().eq_ignore_ascii_case(s))
 }
 
+/// A key that is not text, as upstream's `%v` prints it: the value itself.
 fn key_text(node: &Node) -> String {
     match node {
         Node::Text(t) => t.clone(),
         Node::Bool(b) => b.to_string(),
         Node::Int(i) => i.to_string(),
-        Node::Float => "<number>".to_owned(),
-        Node::Null => "~".to_owned(),
-        Node::Map(_) | Node::Seq(_) => "<complex key>".to_owned(),
+        Node::Float(f) => f.to_string(),
+        Node::Null => "null".to_owned(),
+        Node::Map(_) => "a mapping".to_owned(),
+        Node::Seq(_) => "a list".to_owned(),
     }
 }
 
@@ -201,8 +206,8 @@ impl<'de> Visitor<'de> for NodeVisitor {
     fn visit_u128<E: de::Error>(self, v: u128) -> Result<Node, E> {
         Ok(Node::Int(i128::try_from(v).unwrap_or(i128::MAX)))
     }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Node, E> {
-        Ok(Node::Float)
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node, E> {
+        Ok(Node::Float(v))
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Node, E> {
         Ok(Node::Text(v.to_owned()))
@@ -302,5 +307,22 @@ descriptors:
         let yaml = "domain: d\ndescriptors:\n  - key: a\n    metadata: 5\n    shadow_mode: maybe\n    quota_mode: \"true\"\n";
         let found = check(yaml).unwrap();
         assert_eq!(found.len(), 2, "{found:#?}");
+    }
+
+    #[test]
+    fn a_key_that_is_not_text_is_named_by_its_value() {
+        let yaml = "domain: d\n0.25: x\ndescriptors:\n  - key: a\n    7: y\n    true: z\n";
+        let found = check(yaml).unwrap();
+        let messages: Vec<&str> = found.iter().map(|(_, m)| m.as_str()).collect();
+        assert_eq!(
+            messages,
+            [
+                "key is not of type string: 0.25",
+                "key is not of type string: 7",
+                "key is not of type string: true",
+            ],
+            "{found:#?}"
+        );
+        assert_eq!(found[0].0, 2);
     }
 }

@@ -49,6 +49,24 @@ pub fn load_path(path: &Path) -> Result<Config, ConfigErrors> {
 
 /// Validates a set of (file name, contents) pairs as one config.
 pub fn load_sources(sources: &[(&Path, &str)]) -> Result<Config, ConfigErrors> {
+    load(sources, true)
+}
+
+/// [`load_sources`] for documents nobody wrote line by line (xDS resources rendered as
+/// YAML): no error names a line, its own or another document's, since it would point
+/// into text nobody can see.
+pub fn load_documents(sources: &[(&Path, &str)]) -> Result<Config, ConfigErrors> {
+    load(sources, false).map_err(|ConfigErrors(errors)| {
+        ConfigErrors(
+            errors
+                .into_iter()
+                .map(|e| ConfigError { line: None, ..e })
+                .collect(),
+        )
+    })
+}
+
+fn load(sources: &[(&Path, &str)], lines: bool) -> Result<Config, ConfigErrors> {
     let mut errors = Vec::new();
     let mut domains: HashMap<std::sync::Arc<str>, (Domain, PathBuf, u64)> = HashMap::new();
     for (file, text) in sources {
@@ -60,15 +78,16 @@ pub fn load_sources(sources: &[(&Path, &str)]) -> Result<Config, ConfigErrors> {
             continue;
         };
         if let Some((_, first, first_line)) = domains.get(&domain.name) {
-            errors.push(ConfigError::new(
-                file,
-                Some(line),
-                format!(
-                    "domain: duplicate domain '{}' (first defined at {}:{first_line})",
-                    domain.name,
-                    first.display()
-                ),
-            ));
+            let first = if lines {
+                format!("at {}:{first_line}", first.display())
+            } else {
+                format!("in {}", first.display())
+            };
+            let message = format!(
+                "domain: duplicate domain '{}' (first defined {first})",
+                domain.name
+            );
+            errors.push(ConfigError::new(file, Some(line), message));
             continue;
         }
         domains.insert(domain.name.clone(), (domain, file.to_path_buf(), line));
@@ -120,6 +139,9 @@ fn parse(file: &Path, text: &str, errors: &mut Vec<ConfigError>) -> Option<Domai
 /// turned into envoyproxy/ratelimit's, and type errors prefixed with the field the
 /// offending line sets (the parser alone says only `invalid u32`).
 fn describe_parse_error(e: &serde_saphyr::Error, source: &str, line: Option<u64>) -> String {
+    if let Some(message) = budget_message(e) {
+        return message;
+    }
     let text = e.without_snippet().to_string();
     let first = text.lines().next().unwrap_or("invalid YAML").trim();
     let first = strip_position(first);
@@ -144,6 +166,29 @@ fn describe_parse_error(e: &serde_saphyr::Error, source: &str, line: Option<u64>
         Some((key, _)) => format!("{key}: {first}"),
         None => first.to_owned(),
     }
+}
+
+/// The parser's nesting limit: lists and mappings inside each other (serde-saphyr's
+/// default budget, which guards the stack against a hostile document).
+pub const MAX_YAML_DEPTH: usize = 64;
+
+/// A breach of the parser's budget, in words: the parser's own message is a Debug
+/// dump (`budget breached: Depth { depth: 65 }`) that tells a config author nothing.
+fn budget_message(e: &serde_saphyr::Error) -> Option<String> {
+    use serde_saphyr::budget::BudgetBreach;
+    let serde_saphyr::Error::Budget { breach, .. } = e.without_snippet() else {
+        return None;
+    };
+    Some(match breach {
+        BudgetBreach::Depth { .. } => format!(
+            "nested too deeply: more than {MAX_YAML_DEPTH} levels of lists and mappings \
+             (each descriptor level takes two)"
+        ),
+        BudgetBreach::Aliases { .. } | BudgetBreach::Anchors { .. } => {
+            "too many YAML anchors or aliases".to_owned()
+        }
+        _ => "the document is larger than the YAML parser accepts".to_owned(),
+    })
 }
 
 fn strip_position(message: &str) -> &str {

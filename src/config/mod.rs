@@ -25,7 +25,7 @@ use crate::hash::FastMap;
 
 pub use diagnostics::{ConfigError, ConfigErrors};
 pub use limit::{Limit, Unit};
-pub use load::{load_path, load_sources};
+pub use load::{load_documents, load_path, load_sources};
 pub use rule::{Metadata, Rule, RuleKind, Tarpit};
 pub use tree::{Domain, FailureMode, RawBody};
 

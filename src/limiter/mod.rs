@@ -94,6 +94,9 @@ impl Limiter {
 
     /// Replaces the whole rule set at once; requests in flight keep the old snapshot.
     pub fn swap_config(&self, config: Config) {
+        // Series of rules the new set no longer has go with it: a removed rule's
+        // values must not stay in /metrics for good.
+        self.metrics.config_swapped(&config);
         self.config.store(Arc::new(config));
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tracing::field::Empty;
 
-use super::plan::{Plan, RequestPlan, rule_name};
+use super::plan::{Plan, RequestPlan, rule_label, rule_name};
 use crate::algorithm::Decision;
 use crate::error::Error;
 use crate::metrics::{Metrics, RequestResult, RuleLabels, RuleOutcome};
@@ -77,7 +77,8 @@ pub(super) fn count_rules(
         };
         let labels = RuleLabels {
             domain: &first.key.domain,
-            rule: &first.key.rule,
+            // The rule's own name, also for an override that shares its counter.
+            rule: rule_label(*rule),
             entries: &first.key.entries,
             // Envoy's per-descriptor override has no rule to name its series: the
             // descriptor does, one series per overridden descriptor as upstream keeps.

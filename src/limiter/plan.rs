@@ -1,6 +1,14 @@
 //! From a request to what must be counted: each descriptor resolved to its limits
 //! (the config rule the matcher finds, or Envoy's per-descriptor override), `replaces`
 //! applied across the request, and the batch of counter operations for the store.
+//!
+//! An override counts on the counter the configured limit of the same descriptor
+//! values would use, when the window is the same (a fixed window of the same unit),
+//! as envoyproxy/ratelimit does: its cache key is the domain, the request's entries and
+//! the window start, whatever the limit (`GenerateCacheKey`). So a client cannot get a
+//! fresh counter by having a route override the limit, and a route that lowers the
+//! limit for some requests sees the hits the others already spent. Without a matching
+//! rule, or with another window or algorithm, the override has a counter of its own.
 
 use std::ops::Range;
 use std::sync::{Arc, LazyLock};
@@ -15,7 +23,7 @@ use crate::store::{CounterKey, CounterOp};
 
 /// Rule name of limits that come from Envoy's per-descriptor override: their counter
 /// name, and what logs and spans show for them.
-pub const OVERRIDE_RULE: &str = "(override)";
+pub const OVERRIDE_RULE: &str = crate::metrics::OVERRIDE_SERIES;
 
 /// [`OVERRIDE_RULE`] as counter keys hold it: made once, so an override's key, built
 /// per request, shares it instead of allocating its own.
@@ -26,17 +34,27 @@ pub fn rule_name(rule: Option<&Rule>) -> &str {
     rule.map_or(OVERRIDE_RULE, |r| &r.path)
 }
 
+/// [`rule_name`] as a shared string (the metrics' `rule` label).
+pub fn rule_label(rule: Option<&Rule>) -> &Arc<str> {
+    rule.map_or(&OVERRIDE_RULE_ARC, |r| &r.path)
+}
+
 /// The limits of one descriptor: borrowed from the config, or Envoy's override.
 pub enum Limits<'a> {
     Config(&'a [Limit]),
-    Override(Limit),
+    Override {
+        limit: Limit,
+        /// The rule the descriptor's values match, whose counter the override shares
+        /// when the window agrees (see the module's note); otherwise its own.
+        counts_with: Option<&'a Rule>,
+    },
 }
 
 impl Limits<'_> {
     pub fn as_slice(&self) -> &[Limit] {
         match self {
             Limits::Config(limits) => limits,
-            Limits::Override(limit) => std::slice::from_ref(limit),
+            Limits::Override { limit, .. } => std::slice::from_ref(limit),
         }
     }
 }
@@ -88,6 +106,11 @@ pub fn resolve<'a>(
     index: usize,
     descriptor: &RateLimitDescriptor,
 ) -> Result<Plan<'a>, Error> {
+    let entries = descriptor
+        .entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.value.as_str()));
+    let found = matcher::find(domain, entries);
     if let Some(limit) = &descriptor.limit {
         let unit = Unit::from_proto(limit.unit).ok_or_else(|| {
             Error::InvalidRequest(format!(
@@ -95,18 +118,19 @@ pub fn resolve<'a>(
                 limit.unit
             ))
         })?;
+        let limit = Limit::fixed(limit.requests_per_unit, unit);
         return Ok(Plan::Limited {
-            limits: Limits::Override(Limit::fixed(limit.requests_per_unit, unit)),
+            limits: Limits::Override {
+                limit,
+                counts_with: found.map(|m| m.rule),
+            },
             rule: None,
+            // upstream's override keys on the request's values (no share_threshold).
             shared: 0,
             ops: 0..0,
         });
     }
-    let entries = descriptor
-        .entries
-        .iter()
-        .map(|e| (e.key.as_str(), e.value.as_str()));
-    Ok(match matcher::find(domain, entries) {
+    Ok(match found {
         None => Plan::NoLimit,
         Some(m) => match &m.rule.kind {
             RuleKind::Unlimited => Plan::Unlimited,
@@ -208,9 +232,14 @@ pub fn build<'a>(
         let quota = global_quota || rule.is_some_and(|r| r.quota_mode);
         let vetoes = !shadow && (!quota || quota_descriptors == 1);
         let first = ops.len();
+        // Whose counter: the rule's, or for an override the rule it shares with.
+        let counter_rule = match limits {
+            Limits::Override { counts_with, .. } => *counts_with,
+            Limits::Config(_) => *rule,
+        };
         for limit in limits.as_slice() {
             ops.push(CounterOp {
-                key: counter_key(domain_name, *rule, descriptor, *shared, limit),
+                key: counter_key(domain_name, counter_rule, descriptor, *shared, limit),
                 params: limit.params(),
                 cost,
                 vetoes,

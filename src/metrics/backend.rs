@@ -14,7 +14,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::{BACKEND_ERRORS, BackendErrorKind, Metrics};
+use super::service::BACKEND_ERRORS;
+use super::{BackendErrorKind, Metrics};
 
 type NodeLabel = [(&'static str, String); 1];
 type NodeKindLabels = [(&'static str, String); 2];
@@ -113,14 +114,6 @@ impl BackendMetrics {
             self.up.remove(&[("node", gone.clone())]);
         }
         *known = seen;
-    }
-
-    /// A probe that could not even list the nodes: every known node is down.
-    pub(super) fn all_down(&self) {
-        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-        for node in known.iter() {
-            self.up.get_or_create(&[("node", node.clone())]).set(0);
-        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Process metrics, read from `/proc/self` when `/metrics` is scraped and never on
 //! the request path: resident memory, CPU seconds, open and maximum file descriptors,
-//! start time. The names are those of the Prometheus client libraries
+//! start time; and the log lines the log writer dropped. The names are those of the Prometheus client libraries
 //! (`process_resident_memory_bytes`, `process_cpu_seconds_total`, ...), so existing
 //! dashboards and alerts work unchanged. Where `/proc` is absent (not Linux) a value
 //! that cannot be read is left out of the scrape rather than reported as 0.
@@ -95,7 +95,15 @@ impl Collector for ProcessCollector {
                 encoder.encode_descriptor(name, help, unit.as_ref(), gauge.metric_type())?;
             gauge.encode(metric)?;
         }
-        Ok(())
+        // Kept by the log writer itself (telemetry sits below the metrics).
+        let dropped = ConstCounter::new(crate::telemetry::nonblocking::dropped_lines());
+        let metric = encoder.encode_descriptor(
+            "tollgate_log_lines_dropped",
+            "Log lines dropped because stderr did not take them (a stuck log reader)",
+            None,
+            dropped.metric_type(),
+        )?;
+        dropped.encode(metric)
     }
 }
 

@@ -2,7 +2,11 @@
 //! plus the descriptor's entries only for rules with `detailed_metric: true`. The six
 //! handles of a rule are looked up once and kept in a map by domain and path, so a
 //! request costs one read lock and a few atomic adds, no allocation; detailed rules
-//! carry request values, so their labels are built for every request (unavoidable).
+//! carry request values, so their labels are built for every request (unavoidable),
+//! and their series are bounded ([`super::series`]): values past the bound are
+//! counted on the rule's `descriptor="(overflow)"` series, and
+//! `tollgate_rule_series_folded_total` counts them. A reload that removes a rule or
+//! its domain removes its series ([`RuleMetrics::retain`]).
 //! With `--upstream-metric-names`, each handle set also holds its upstream series
 //! ([`super::upstream`]), found once with it.
 
@@ -14,6 +18,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
+use super::series::{SeriesBounds, Slot, Valued};
 use super::upstream::{self, UpstreamCounters, UpstreamNames};
 use crate::config::rule::MetricLevel;
 use crate::hash::FastMap;
@@ -76,15 +81,10 @@ impl RuleLabels<'_> {
                 .collect(),
         )
     }
-
-    /// envoyproxy/ratelimit's stats key of this series (`domain.key_value.key2`).
-    fn upstream_key(&self) -> String {
-        match self.labelled_entries() {
-            Some(entries) => upstream::entries_key(self.domain, &entries),
-            None => upstream::rule_key(self.domain, self.rule),
-        }
-    }
 }
+
+/// The `descriptor` label of a rule's series that holds the values past the bound.
+pub const OVERFLOW: &str = "(overflow)";
 
 /// `domain`, `rule` and, for `detailed_metric` rules, `descriptor` (`k=v,k2=v2`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -163,12 +163,20 @@ pub(super) struct RuleMetrics {
     over_limit_with_local_cache: Family<SeriesLabels, Counter>,
     /// Handles of the rules without `detailed_metric`, by domain then rule path.
     handles: RwLock<FastMap<Arc<str>, ByPath>>,
+    /// Handles of the series made from request values, bounded.
+    valued: Valued<RuleCounters>,
+    /// Descriptor outcomes counted on a rule's overflow series, by domain and rule.
+    folded: Family<SeriesLabels, Counter>,
     /// envoyproxy/ratelimit's names too (`--upstream-metric-names`).
     upstream: Option<UpstreamNames>,
 }
 
 impl RuleMetrics {
-    pub(super) fn register(registry: &mut Registry, upstream_names: bool) -> Self {
+    pub(super) fn register(
+        registry: &mut Registry,
+        upstream_names: bool,
+        bounds: SeriesBounds,
+    ) -> Self {
         let metrics = Self {
             hits: Family::default(),
             within_limit: Family::default(),
@@ -177,6 +185,8 @@ impl RuleMetrics {
             shadow_mode: Family::default(),
             over_limit_with_local_cache: Family::default(),
             handles: RwLock::default(),
+            valued: Valued::new(bounds),
+            folded: Family::default(),
             upstream: upstream_names.then(UpstreamNames::default),
         };
         let families = [
@@ -210,6 +220,11 @@ impl RuleMetrics {
         for (name, help, family) in families {
             registry.register(format!("tollgate_rule_{name}"), help, family.clone());
         }
+        registry.register(
+            "tollgate_rule_series_folded",
+            "Descriptors of a detailed_metric, value_to_metric or override series counted on the rule's descriptor=\"(overflow)\" series: its value series were at their bound",
+            metrics.folded.clone(),
+        );
         metrics
     }
 
@@ -217,12 +232,7 @@ impl RuleMetrics {
     /// `descriptor` label.
     pub(super) fn record(&self, rule: RuleLabels<'_>, outcome: &RuleOutcome) {
         if let Some(entries) = rule.labelled_entries() {
-            let labels = SeriesLabels {
-                domain: rule.domain.clone(),
-                rule: rule.rule.clone(),
-                descriptor: Some(descriptor_text(&entries).into_boxed_str()),
-            };
-            self.counters_for(&labels, &rule).record(outcome);
+            self.record_valued(&rule, &entries, outcome);
             return;
         }
         {
@@ -241,14 +251,37 @@ impl RuleMetrics {
         self.cache(rule).record(outcome);
     }
 
+    /// A series with request values: its own while the bound allows, else the rule's
+    /// overflow series (the fold counted).
+    fn record_valued(
+        &self,
+        rule: &RuleLabels<'_>,
+        entries: &[(&str, &str)],
+        outcome: &RuleOutcome,
+    ) {
+        let text = descriptor_text(entries);
+        let make = |value: Option<&str>| {
+            let labels = series_labels(rule, Some(value.unwrap_or(OVERFLOW)));
+            self.counters_for(&labels, || match value {
+                Some(_) => upstream::entries_key(rule.domain, entries),
+                // Folded values count on the rule's own upstream series.
+                None => upstream::rule_key(rule.domain, rule.rule),
+            })
+        };
+        match self.valued.slot(rule.domain, rule.rule, &text, make) {
+            Slot::Own(counters) => counters.record(outcome),
+            Slot::Folded(counters) => {
+                counters.record(outcome);
+                self.folded.get_or_create(&series_labels(rule, None)).inc();
+            }
+        }
+    }
+
     /// First sight of a rule: its handles, created once and kept.
     fn cache(&self, rule: RuleLabels<'_>) -> Arc<RuleCounters> {
-        let labels = SeriesLabels {
-            domain: rule.domain.clone(),
-            rule: rule.rule.clone(),
-            descriptor: None,
-        };
-        let counters = Arc::new(self.counters_for(&labels, &rule));
+        let labels = series_labels(&rule, None);
+        let key = || upstream::rule_key(rule.domain, rule.rule);
+        let counters = Arc::new(self.counters_for(&labels, key));
         let mut handles = self.handles.write().unwrap_or_else(PoisonError::into_inner);
         handles
             .entry(rule.domain.clone())
@@ -263,12 +296,63 @@ impl RuleMetrics {
         self.upstream.as_ref()
     }
 
-    fn counters_for(&self, labels: &SeriesLabels, rule: &RuleLabels<'_>) -> RuleCounters {
+    /// Keeps the series of the rules `live` says are still configured (by domain and
+    /// rule path); removes the others', the upstream series only they counted on too.
+    pub(super) fn retain(&self, live: impl Fn(&str, &str) -> bool) {
+        let mut gone: Vec<SeriesLabels> = Vec::new();
+        {
+            let mut handles = self.handles.write().unwrap_or_else(PoisonError::into_inner);
+            for (domain, paths) in handles.iter_mut() {
+                paths.retain(|rule, _| {
+                    let keep = live(domain, rule);
+                    if !keep {
+                        gone.push(SeriesLabels {
+                            domain: domain.clone(),
+                            rule: rule.clone(),
+                            descriptor: None,
+                        });
+                    }
+                    keep
+                });
+            }
+            handles.retain(|_, paths| !paths.is_empty());
+        }
+        for removed in self.valued.retain(&live) {
+            let labelled = |descriptor: Option<&str>| SeriesLabels {
+                domain: removed.domain.clone(),
+                rule: removed.rule.clone(),
+                descriptor: descriptor.map(Into::into),
+            };
+            self.folded.remove(&labelled(None));
+            gone.extend(removed.values.iter().map(|v| labelled(Some(v))));
+            if removed.overflow {
+                gone.push(labelled(Some(OVERFLOW)));
+            }
+        }
+        for labels in &gone {
+            for family in self.families() {
+                family.remove(labels);
+            }
+        }
+        if let Some(upstream) = &self.upstream {
+            upstream.prune();
+        }
+    }
+
+    fn families(&self) -> [&Family<SeriesLabels, Counter>; 6] {
+        [
+            &self.hits,
+            &self.within_limit,
+            &self.over_limit,
+            &self.near_limit,
+            &self.shadow_mode,
+            &self.over_limit_with_local_cache,
+        ]
+    }
+
+    fn counters_for(&self, labels: &SeriesLabels, key: impl FnOnce() -> String) -> RuleCounters {
         RuleCounters {
-            upstream: self
-                .upstream
-                .as_ref()
-                .map(|names| names.counters(&rule.upstream_key())),
+            upstream: self.upstream.as_ref().map(|names| names.counters(&key())),
             hits: self.hits.get_or_create_owned(labels),
             within_limit: self.within_limit.get_or_create_owned(labels),
             over_limit: self.over_limit.get_or_create_owned(labels),
@@ -278,6 +362,15 @@ impl RuleMetrics {
                 .over_limit_with_local_cache
                 .get_or_create_owned(labels),
         }
+    }
+}
+
+/// The labels of `rule`'s series: with `descriptor`, one made from request values.
+fn series_labels(rule: &RuleLabels<'_>, descriptor: Option<&str>) -> SeriesLabels {
+    SeriesLabels {
+        domain: rule.domain.clone(),
+        rule: rule.rule.clone(),
+        descriptor: descriptor.map(Into::into),
     }
 }
 

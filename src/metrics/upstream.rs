@@ -64,6 +64,12 @@ impl UpstreamNames {
             .clone()
     }
 
+    /// Forgets the series no rule counts on any more (after a reload removed rules).
+    pub(super) fn prune(&self) {
+        let mut series = self.series.lock().unwrap_or_else(PoisonError::into_inner);
+        series.retain(|_, counters| Arc::strong_count(counters) > 1);
+    }
+
     /// Writes the per-limit families and the service ones (given as plain numbers:
     /// the service counts live in tollgate's own handles).
     pub(super) fn encode(&self, text: &mut String, service: &ServiceCounts) -> std::fmt::Result {

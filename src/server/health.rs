@@ -6,10 +6,17 @@
 //! memory store has no nodes and always answers, Redis PINGs each node on a
 //! connection of its own). [`spawn_probe`] asks every [`PROBE_INTERVAL`] and
 //! publishes each node's answer as `tollgate_backend_up{node}`. The backend is
-//! reachable while at least one node answers: a cluster with one master down still
+//! reachable while at least one node answers and the store's own path is there
+//! ([`Store::ready`]: connected, its connection not being recovered, no breaker
+//! refusing calls): a PING on the probe's connection alone once said SERVING 0.24 s
+//! before the store could decide anything. A cluster with one master down still
 //! decides the other masters' slots, and per-node breakers fail the rest fast.
-//! [`UNREACHABLE_AFTER`] failed probes in a row mark it unreachable, one success
-//! marks it reachable again.
+//!
+//! Truthful from the first moment: a checked backend is unreachable until the store
+//! has answered once, so a readiness probe cannot pass while Redis has never been
+//! reached. After that, [`UNREACHABLE_AFTER`] failed probes in a row mark it
+//! unreachable (one slow PING must not take every replica out at once), and only a
+//! probe that finds the store usable marks it reachable again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,15 +118,17 @@ impl Health {
 }
 
 /// Probes the store until the returned task is aborted, marking `health` (and, with
-/// `metrics`, each node's `tollgate_backend_up`) accordingly.
+/// `metrics`, each node's `tollgate_backend_up`) accordingly. The backend counts as
+/// unreachable from this call until the first probe finds the store usable.
 /// Must be called inside a Tokio runtime.
 pub fn spawn_probe(
     store: Arc<dyn Store>,
     health: Arc<Health>,
     metrics: Option<Arc<Metrics>>,
 ) -> JoinHandle<()> {
+    health.set_backend_reachable(false);
     tokio::spawn(async move {
-        let mut failures = 0u32;
+        let mut reachable = Reachability::default();
         let mut ticker = tokio::time::interval(PROBE_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -128,31 +137,67 @@ pub fn spawn_probe(
             if let Some(metrics) = &metrics {
                 metrics.backend_probed(pings.iter().map(|p| (p.node.as_str(), p.result.is_ok())));
             }
-            match verdict(&pings) {
-                Ok(()) => {
-                    if failures >= UNREACHABLE_AFTER {
-                        tracing::info!(event = "backend_reachable", "Redis answers again: SERVING");
-                    }
-                    failures = 0;
-                    health.set_backend_reachable(true);
+            let found = verdict(&pings).and_then(|()| {
+                if store.ready() {
+                    Ok(())
+                } else {
+                    Err(StoreError::Unavailable(NOT_READY.to_owned()))
                 }
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    if failures == UNREACHABLE_AFTER {
-                        tracing::warn!(
-                            event = "backend_unreachable",
-                            %error,
-                            probes = failures,
-                            "Redis does not answer: NOT_SERVING until it does"
-                        );
-                        health.set_backend_reachable(false);
-                    } else if failures < UNREACHABLE_AFTER {
-                        tracing::debug!(%error, probes = failures, "Redis probe failed");
-                    }
-                }
+            });
+            if let Some(now) = reachable.probed(found) {
+                health.set_backend_reachable(now);
             }
         }
     })
+}
+
+const NOT_READY: &str =
+    "Redis answers PING, but the store is not usable yet (connecting, or its breaker still open)";
+
+/// Readiness's memory of the probes: whether the store has answered since start-up
+/// (or since it was last marked unreachable), and the failures in a row since.
+#[derive(Debug, Default)]
+struct Reachability {
+    /// As health last said it.
+    reachable: bool,
+    failures: u32,
+}
+
+impl Reachability {
+    /// One probe's finding; the new reachability when it changes, logged.
+    fn probed(&mut self, found: Result<(), StoreError>) -> Option<bool> {
+        match found {
+            Ok(()) => {
+                self.failures = 0;
+                if self.reachable {
+                    return None;
+                }
+                self.reachable = true;
+                tracing::info!(event = "backend_reachable", "Redis answers: SERVING");
+                Some(true)
+            }
+            Err(error) => {
+                self.failures = self.failures.saturating_add(1);
+                if !self.reachable {
+                    // Never answered yet, or already marked: say why once in a while.
+                    tracing::debug!(%error, probes = self.failures, "Redis probe failed");
+                    return None;
+                }
+                if self.failures < UNREACHABLE_AFTER {
+                    tracing::debug!(%error, probes = self.failures, "Redis probe failed");
+                    return None;
+                }
+                self.reachable = false;
+                tracing::warn!(
+                    event = "backend_unreachable",
+                    %error,
+                    probes = self.failures,
+                    "Redis does not answer: NOT_SERVING until it does"
+                );
+                Some(false)
+            }
+        }
+    }
 }
 
 /// Reachable while any node answers (or there are none to ask); otherwise the first
@@ -208,6 +253,51 @@ mod tests {
         assert_eq!(health.state().reason(), Some("shutting down"));
         health.set_backend_reachable(true);
         assert!(!health.serving(), "draining is for good");
+    }
+
+    #[test]
+    fn unreachable_until_the_first_answer_then_only_after_three_failures() {
+        let down = || Err(StoreError::Unavailable("refused".into()));
+        let mut r = Reachability::default();
+        assert_eq!(r.probed(down()), None, "unreachable from the start");
+        assert_eq!(r.probed(Ok(())), Some(true));
+        assert_eq!(r.probed(Ok(())), None);
+        assert_eq!(r.probed(down()), None);
+        assert_eq!(r.probed(down()), None);
+        assert_eq!(r.probed(down()), Some(false), "the third failure in a row");
+        assert_eq!(r.probed(down()), None);
+        assert_eq!(r.probed(Ok(())), Some(true), "one usable probe is enough");
+    }
+
+    #[tokio::test]
+    async fn the_probe_says_not_serving_before_its_first_answer() {
+        use crate::store::{CounterOp, StoreFuture};
+        /// No nodes (PING has nothing to fail), but never ready; says when asked.
+        struct NotReady(Arc<tokio::sync::Notify>);
+        impl Store for NotReady {
+            fn decide<'a>(&'a self, _: &'a [CounterOp]) -> StoreFuture<'a> {
+                Box::pin(async { Ok(Vec::new()) })
+            }
+            fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
+                self.decide(ops)
+            }
+            fn ready(&self) -> bool {
+                self.0.notify_one();
+                false
+            }
+        }
+        let asked = Arc::new(tokio::sync::Notify::new());
+        let health = Arc::new(Health::default());
+        let store = Arc::new(NotReady(asked.clone()));
+        let probe = spawn_probe(store, health.clone(), None);
+        assert!(!health.serving(), "NOT_SERVING before any probe ran");
+        asked.notified().await;
+        asked.notified().await; // the second probe: the first one's verdict is in
+        assert_eq!(
+            health.state().reason(),
+            Some("rate-limit backend unreachable")
+        );
+        probe.abort();
     }
 
     #[tokio::test]

@@ -60,6 +60,12 @@ pub struct ServeFlags {
     /// Also export envoyproxy/ratelimit's Prometheus names and labels (ratelimit_service_rate_limit_total_hits{domain,key1,key2}, ...) beside tollgate's, so its dashboards and alerts keep working [default: $TOLLGATE_UPSTREAM_METRIC_NAMES, else false]
     #[arg(long)]
     pub upstream_metric_names: bool,
+    /// Series made from request values (detailed_metric, value_to_metric, Envoy's limit override) kept per rule; further values count on the rule's descriptor="(overflow)" series [default: $TOLLGATE_METRIC_SERIES_PER_RULE, else 1000]
+    #[arg(long, value_name = "N")]
+    pub metric_series_per_rule: Option<usize>,
+    /// Series made from request values kept in all rules together [default: $TOLLGATE_METRIC_SERIES_MAX, else 4000]
+    #[arg(long, value_name = "N")]
+    pub metric_series_max: Option<usize>,
     /// Memory for the local over-limit cache, in bytes; 0 turns it off [default: $LOCAL_CACHE_SIZE_IN_BYTES, else 16 MiB]
     #[arg(long, value_name = "BYTES")]
     pub local_cache_bytes: Option<u64>,

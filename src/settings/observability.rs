@@ -9,7 +9,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use super::flags::ServeFlags;
 use super::parse_bool;
 use crate::error::Error;
-use crate::metrics::{DEFAULT_NEAR_LIMIT_RATIO, MetricNames};
+use crate::metrics::{DEFAULT_NEAR_LIMIT_RATIO, MetricNames, SeriesBounds};
 use crate::telemetry::{OtlpProtocol, TracingSettings};
 
 pub const DEFAULT_SERVICE_NAME: &str = "tollgate";
@@ -38,6 +38,8 @@ pub struct Observability {
     /// `PROMETHEUS_ADDR` unless that variable says false): also envoyproxy/ratelimit's
     /// Prometheus names.
     pub metric_names: MetricNames,
+    /// The bound on series made from request values (`--metric-series-*`).
+    pub series: SeriesBounds,
     /// `PROMETHEUS_ADDR` with metrics on: the same text on a second listener.
     pub prometheus: Option<PrometheusListener>,
     /// `None`: no traces.
@@ -53,6 +55,7 @@ impl Default for Observability {
             metrics: true,
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             metric_names: MetricNames::Tollgate,
+            series: SeriesBounds::default(),
             prometheus: None,
             tracing: None,
         }
@@ -107,8 +110,36 @@ pub fn resolve(
         } else {
             MetricNames::Tollgate
         },
+        series: series_bounds(flags, var)?,
         prometheus,
         tracing: tracing(var, boolean)?,
+    })
+}
+
+/// `--metric-series-per-rule` and `--metric-series-max`, or their variables.
+fn series_bounds(
+    flags: &ServeFlags,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<SeriesBounds, Error> {
+    let number = |flag: Option<usize>, name: &str, default: usize| match flag {
+        Some(n) => Ok(n),
+        None => var(name).map_or(Ok(default), |v| {
+            v.trim()
+                .parse::<usize>()
+                .map_err(|_| Error::Settings(format!("{name}: '{v}' is not a whole number")))
+        }),
+    };
+    Ok(SeriesBounds {
+        per_rule: number(
+            flags.metric_series_per_rule,
+            "TOLLGATE_METRIC_SERIES_PER_RULE",
+            SeriesBounds::DEFAULT_PER_RULE,
+        )?,
+        total: number(
+            flags.metric_series_max,
+            "TOLLGATE_METRIC_SERIES_MAX",
+            SeriesBounds::DEFAULT_TOTAL,
+        )?,
     })
 }
 

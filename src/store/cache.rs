@@ -205,4 +205,8 @@ impl<S: Store> Store for OverLimitCache<S> {
     fn ping(&self) -> PingFuture<'_> {
         self.inner.ping()
     }
+
+    fn ready(&self) -> bool {
+        self.inner.ready()
+    }
 }

@@ -109,4 +109,8 @@ impl<S: Store> Store for Metered<S> {
     fn ping(&self) -> PingFuture<'_> {
         self.inner.ping()
     }
+
+    fn ready(&self) -> bool {
+        self.inner.ready()
+    }
 }

@@ -191,6 +191,15 @@ pub trait Store: Send + Sync + 'static {
     fn ping(&self) -> PingFuture<'_> {
         Box::pin(async { Vec::new() })
     }
+
+    /// Whether a call would go to the backend now, for readiness beside [`Store::ping`]:
+    /// a node can answer PING on the probe's own connection while the store's path is
+    /// not there yet (still connecting after start-up, its connection being recovered)
+    /// or a breaker still refuses calls. Cheap and synchronous; wrappers pass it
+    /// through, adding their own refusals.
+    fn ready(&self) -> bool {
+        true
+    }
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -212,6 +221,10 @@ impl<S: Store> Store for Arc<S> {
 
     fn ping(&self) -> PingFuture<'_> {
         (**self).ping()
+    }
+
+    fn ready(&self) -> bool {
+        (**self).ready()
     }
 }
 

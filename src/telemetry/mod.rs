@@ -1,4 +1,5 @@
-//! Logging and tracing setup: `tracing` events to stderr, as text or JSON
+//! Logging and tracing setup: `tracing` events to stderr through a bounded queue that
+//! drops rather than blocks ([`nonblocking`]), as text or JSON
 //! (`LOG_FORMAT=json`, [`json`]), at the level `LOG_LEVEL` names (envoyproxy/ratelimit's
 //! logrus names are accepted), coloured only on a terminal (`LOG_COLOR`); per-request
 //! events rate-limited per cause ([`ratelimited`]); and, when traces are configured,
@@ -7,6 +8,7 @@
 //! never built.
 
 pub mod json;
+pub mod nonblocking;
 pub mod otlp;
 pub mod propagation;
 pub mod ratelimited;
@@ -150,7 +152,8 @@ fn install(settings: &LogSettings, provider: Option<SdkTracerProvider>) {
         std::env::var("RUST_LOG").ok().as_deref(),
         settings.level.as_deref(),
     );
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Never stderr itself: a stuck log reader would block every task that logs.
+    let fmt = tracing_subscriber::fmt::layer().with_writer(nonblocking::stderr().clone());
     let logs = if settings.json {
         fmt.event_format(json::JsonLines::default())
             .with_filter(filter)

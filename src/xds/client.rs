@@ -7,7 +7,10 @@
 //! wildcard) and the version last ACKed (empty at first), so a control plane that
 //! restarted learns what we serve. Every response is answered: an ACK names its
 //! version and nonce; a NACK names the nonce, keeps the last ACKed version and sets
-//! `error_detail` (INVALID_ARGUMENT with every error).
+//! `error_detail` (INVALID_ARGUMENT with the errors, one per line: the first ones up
+//! to [`MAX_NACK_BYTES`], then how many more, so the NACK always fits the control
+//! plane's message limit; 10,000 bad resources once made a 4.38 MB NACK that a
+//! control plane at gRPC's default 4 MiB dropped, and the two looped reconnecting).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -34,6 +37,13 @@ use crate::telemetry::ratelimited;
 
 /// google.rpc.Code INVALID_ARGUMENT: what a NACK's error detail says of a bad config.
 const INVALID_ARGUMENT: i32 = 3;
+
+/// Bound on a NACK's error message: a few KiB say what is wrong, and a control plane
+/// needs no more to log it (the whole list is in our own log at debug).
+pub const MAX_NACK_BYTES: usize = 4096;
+/// Bound on one error line of it: a resource name or a value comes from the control
+/// plane, and one huge line must not crowd out the others.
+const MAX_NACK_LINE: usize = 512;
 
 /// One control plane, one limiter: the state that outlives reconnects.
 pub struct XdsClient {
@@ -170,15 +180,17 @@ impl XdsClient {
             Err(error) => {
                 self.reloader.refuse(&error).await;
                 self.metrics.xds_update(false);
+                let messages = error.messages();
                 let detail = RpcStatus {
                     code: INVALID_ARGUMENT,
-                    message: error.messages().join("\n"),
+                    message: nack_message(&messages),
                     details: Vec::new(),
                 };
                 tracing::warn!(
                     event = "xds_nack",
                     version = %version_info,
                     served_version = %self.acked,
+                    errors = messages.len(),
                     "xDS response refused; the served config stays"
                 );
                 self.request(self.acked.clone(), nonce, Some(detail), false)
@@ -238,6 +250,76 @@ fn warn_failure(event: &'static str, error: &XdsError, wait: std::time::Duration
             error = %error,
             retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
             "xDS control plane unavailable; retrying, the served config stays"
+        );
+    }
+}
+
+/// The NACK's message: the errors one per line, each cut to [`MAX_NACK_LINE`] bytes,
+/// as many as fit in [`MAX_NACK_BYTES`], then `... and N more errors`.
+fn nack_message(messages: &[String]) -> String {
+    // Room kept for the last line, so the whole never passes the bound.
+    const TAIL: usize = 48;
+    let mut text = String::new();
+    for (shown, message) in messages.iter().enumerate() {
+        let line = truncate(message, MAX_NACK_LINE);
+        let needed = line.len() + usize::from(!text.is_empty());
+        let rest = messages.len() - shown;
+        let room = if rest > 1 {
+            MAX_NACK_BYTES - TAIL
+        } else {
+            MAX_NACK_BYTES
+        };
+        if text.len() + needed > room {
+            text.push_str(&format!("\n... and {rest} more errors"));
+            return text;
+        }
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(line);
+    }
+    text
+}
+
+/// `text` cut to at most `max` bytes at a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nack_keeps_the_first_errors_and_counts_the_rest() {
+        let messages: Vec<String> = (0..10_000)
+            .map(|i| format!("resource-{i}: descriptor 'k': unknown key 'x'"))
+            .collect();
+        let text = nack_message(&messages);
+        assert!(text.len() <= MAX_NACK_BYTES, "{}", text.len());
+        assert!(text.starts_with("resource-0: descriptor 'k'"), "{text}");
+        let shown = text.lines().count() - 1;
+        let last = text.lines().last().unwrap();
+        assert_eq!(last, format!("... and {} more errors", 10_000 - shown));
+        assert!(shown > 50, "{shown}");
+    }
+
+    #[test]
+    fn few_errors_go_whole_and_a_huge_one_is_cut_at_a_character() {
+        let two = ["a: one".to_owned(), "b: two".to_owned()];
+        assert_eq!(nack_message(&two), "a: one\nb: two");
+        let huge = format!("{}: too long", "é".repeat(10_000));
+        let text = nack_message(&[huge]);
+        assert!(
+            text.len() <= MAX_NACK_LINE && text.starts_with('é'),
+            "{text}"
         );
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Each resource is rendered as the YAML document envoyproxy/ratelimit's own converter
 //! (`ConfigXdsProtoToYaml`) builds from it, written as JSON (a subset of YAML), and
-//! that set of documents goes through [`crate::config::load_sources`]: the parse, the
+//! that set of documents goes through [`crate::config::load_documents`]: the parse, the
 //! key checks and the compile step are the file path's, so a resource compiles to
 //! exactly what the same limits in a file compile to, and is refused for exactly the
 //! same reasons. The resource name plays the file name in errors; lines are dropped,
@@ -41,15 +41,11 @@ pub fn compile(resources: &[prost_types::Any]) -> Result<Config, ConfigErrors> {
         .iter()
         .map(|(name, text)| (Path::new(name.as_str()), text.as_str()))
         .collect();
-    let loaded = config::load_sources(&sources);
-    match loaded {
+    match config::load_documents(&sources) {
         Ok(config) if errors.is_empty() => Ok(config),
         Ok(_) => Err(ConfigErrors(errors)),
         Err(ConfigErrors(more)) => {
-            errors.extend(more.into_iter().map(|mut e| {
-                e.line = None;
-                e
-            }));
+            errors.extend(more);
             Err(ConfigErrors(errors))
         }
     }

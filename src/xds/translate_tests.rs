@@ -219,5 +219,42 @@ fn two_resources_with_one_domain_are_refused() {
         ..one.clone()
     };
     let text = compile(&[any(&one), any(&two)]).unwrap_err().to_string();
-    assert!(text.contains("duplicate domain 'd'"), "{text}");
+    assert!(
+        text.contains("b: domain: duplicate domain 'd' (first defined in a)"),
+        "no line numbers in xDS errors: {text}"
+    );
+    assert!(!text.contains("a:1"), "{text}");
+}
+
+/// A hostile nesting is refused in words, not with the parser's Debug dump.
+#[test]
+fn descriptors_nested_past_the_parsers_limit_are_refused_in_words() {
+    let mut descriptor = leaf("k", "", policy(RateLimitUnit::Second, 1));
+    for _ in 0..40 {
+        descriptor = RateLimitDescriptor {
+            descriptors: vec![descriptor],
+            ..leaf("k", "", None)
+        };
+    }
+    let deep = RateLimitConfig {
+        name: "deep".into(),
+        domain: "d".into(),
+        descriptors: vec![descriptor],
+    };
+    // On a stack as big as the server's threads have (a test thread's 2 MiB is not
+    // enough for a debug build's parse of 64 levels).
+    let resources = [any(&deep)];
+    let text = std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .stack_size(16 << 20)
+            .spawn_scoped(s, || compile(&resources).unwrap_err().to_string())
+            .unwrap()
+            .join()
+            .unwrap()
+    });
+    assert!(
+        text.contains("deep: nested too deeply: more than 64 levels"),
+        "{text}"
+    );
+    assert!(!text.contains("Depth {"), "{text}");
 }

@@ -217,6 +217,48 @@ async fn envoy_limit_override_replaces_the_configured_limit() {
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
 }
 
+/// As envoyproxy/ratelimit keys counters (domain, the request's entries, the window
+/// start: not the limit), an override of the configured unit counts on the configured
+/// limit's counter; one of another unit has its own.
+#[tokio::test]
+async fn an_override_of_the_same_unit_shares_the_configured_counter() {
+    let h = harness(LIMITS, LimiterOptions::default());
+    let configured = || descriptor(&[("other", "shared")]);
+    let overridden = |rpu, unit: RateLimitUnit| RateLimitDescriptor {
+        limit: override_limit(rpu, unit as i32),
+        ..configured()
+    };
+    for remaining in [9, 8, 7] {
+        let s = h.check(vec![configured()]).await.statuses[0].clone();
+        assert_eq!(s.limit_remaining, remaining);
+    }
+    // 3 of the hour's hits are spent: an override of 5 per hour has 2 left.
+    let s = h
+        .check(vec![overridden(5, RateLimitUnit::Hour)])
+        .await
+        .statuses[0]
+        .clone();
+    assert_eq!((ok(&s), s.limit_remaining), (true, 1), "{s:?}");
+    assert!(ok(&h
+        .check(vec![overridden(5, RateLimitUnit::Hour)])
+        .await
+        .statuses[0]));
+    assert!(over(
+        &h.check(vec![overridden(5, RateLimitUnit::Hour)])
+            .await
+            .statuses[0]
+    ));
+    // The configured limit sees the override's hits (the denied one consumed nothing).
+    assert_eq!(h.one(&[("other", "shared")]).await.limit_remaining, 4);
+    // Another unit is another window: a counter of its own, as upstream's key says.
+    let s = h
+        .check(vec![overridden(5, RateLimitUnit::Minute)])
+        .await
+        .statuses[0]
+        .clone();
+    assert_eq!(s.limit_remaining, 4, "{s:?}");
+}
+
 #[tokio::test]
 async fn request_hits_addend_zero_means_one() {
     let h = harness(LIMITS, LimiterOptions::default());

@@ -109,13 +109,24 @@ fn serve_starts_without_redis_and_connects_when_it_arrives() {
     let (mut server, grpc, http) = serve(dir.path(), &format!("redis://127.0.0.1:{port}"));
     server.wait_until_serving(grpc);
     wait_for_health(&mut server, http, 500, DEADLINE);
-    let (_, metrics) = get(http, "/metrics").expect("/metrics answers");
-    assert!(
+    // NOT_SERVING before the first probe ran; the probe then publishes the node down.
+    let down = |metrics: &str| {
         metrics
             .lines()
-            .any(|l| l.starts_with("tollgate_backend_up{") && l.ends_with(" 0")),
-        "backend down in the metrics:\n{metrics}"
-    );
+            .any(|l| l.starts_with("tollgate_backend_up{") && l.ends_with(" 0"))
+    };
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let (_, metrics) = get(http, "/metrics").expect("/metrics answers");
+        if down(&metrics) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "backend down in the metrics:\n{metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // Answered by failure_mode, and fast: no connect timeout per request.
     let began = Instant::now();
@@ -145,6 +156,60 @@ fn serve_starts_without_redis_and_connects_when_it_arrives() {
     let keys = redis_keys(port);
     assert!(keys.contains("boot_"), "a counter in Redis: {keys:?}");
     assert!(server.log().contains("redis_unreachable_at_start"));
+    assert!(server.terminate().success());
+}
+
+/// `/healthcheck` polled every 50 ms from the moment the port answers: never 200
+/// before Redis has been reached, and once it is 200 the very next request is
+/// counted in Redis, not answered by the failure mode; the same after Redis restarts.
+#[test]
+fn health_is_serving_only_while_the_store_can_decide() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("boot.yaml"), CONFIG).unwrap();
+    let port = free_port();
+    let (mut server, grpc, http) = serve(dir.path(), &format!("redis://127.0.0.1:{port}"));
+    let began = Instant::now();
+    let first = loop {
+        if let Some((code, _)) = get(http, "/healthcheck") {
+            break code;
+        }
+        assert!(began.elapsed() < DEADLINE, "the HTTP port never answered");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(first, 500, "SERVING before Redis was ever reached");
+    // Four probe intervals of polling: still not serving (it used to be for 0.6-3.1 s).
+    for _ in 0..80 {
+        assert_eq!(get(http, "/healthcheck").map(|(c, _)| c), Some(500));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.wait_until_serving(grpc);
+    // The breaker opens on the failures, as it would under traffic.
+    for _ in 0..6 {
+        check(&server, grpc, "boot", "k=fallback");
+    }
+    let redis = Redis::start(port);
+    wait_for_health(&mut server, http, 200, Duration::from_secs(20));
+    let counted = check(&server, grpc, "boot", "k=first");
+    assert_eq!(
+        row(&counted, "k=first")[1],
+        "OK",
+        "right after SERVING:\n{counted}"
+    );
+
+    drop(redis);
+    wait_for_health(&mut server, http, 500, Duration::from_secs(20));
+    for _ in 0..6 {
+        check(&server, grpc, "boot", "k=fallback");
+    }
+    let _redis = Redis::start(port);
+    wait_for_health(&mut server, http, 200, Duration::from_secs(20));
+    let counted = check(&server, grpc, "boot", "k=again");
+    assert_eq!(
+        row(&counted, "k=again")[1],
+        "OK",
+        "right after SERVING again:\n{counted}"
+    );
+    assert!(redis_keys(port).contains("k=again"), "counted in Redis");
     assert!(server.terminate().success());
 }
 

@@ -308,4 +308,13 @@ impl Store for RedisStore {
     fn ping(&self) -> PingFuture<'_> {
         Box::pin(self.probe.ping())
     }
+
+    /// Connected, and (standalone) the batcher's connection not known lost.
+    fn ready(&self) -> bool {
+        match self.backend.get() {
+            None => false,
+            Some(Backend::Standalone(batcher)) => !batcher.is_down(),
+            Some(Backend::Cluster(_)) => true,
+        }
+    }
 }

@@ -40,6 +40,9 @@ pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// The shortest time between two refreshes caused by failures: a stalled master
 /// fails calls continuously, and one question a second is plenty.
 pub const REFRESH_GAP: Duration = Duration::from_secs(1);
+/// How often the slot map is asked for while a master's breaker is open: a
+/// failover's new map is seen within this (see docs/operations.md).
+pub const REFRESH_WHILE_OPEN: Duration = Duration::from_millis(200);
 /// Bound on one `CLUSTER SLOTS`: it may be routed to the stalled master itself.
 const REFRESH_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -223,13 +226,19 @@ impl Nodes {
         let masters = map.masters();
         let mut breakers = HashMap::with_capacity(masters.len());
         for master in masters {
-            let breaker = known.breakers.remove(master).unwrap_or_else(|| {
-                Arc::new(CircuitBreaker::new(
+            let breaker = match known.breakers.remove(master) {
+                // The map moved (a failover, a reshard): what opened a master that
+                // stayed was the cluster being down, not the master. Probe at once.
+                Some(stayed) => {
+                    stayed.probe_now();
+                    stayed
+                }
+                None => Arc::new(CircuitBreaker::new(
                     master,
                     self.options,
                     self.metrics.as_ref(),
-                ))
-            });
+                )),
+            };
             breakers.insert(master.to_owned(), breaker);
         }
         for gone in known.breakers.keys() {
@@ -273,11 +282,25 @@ impl Drop for Refreshing<'_> {
     }
 }
 
-/// Refreshes every [`REFRESH_EVERY`] while the [`Nodes`] lives.
+/// Refreshes every [`REFRESH_EVERY`] while the [`Nodes`] lives, and every
+/// [`REFRESH_WHILE_OPEN`] while a breaker is open: the map that follows a failover
+/// is what lets the breakers of the masters that stayed probe at once.
 async fn keep_fresh(nodes: Weak<Nodes>) {
+    let mut since = Duration::ZERO;
     loop {
-        tokio::time::sleep(REFRESH_EVERY).await;
+        tokio::time::sleep(REFRESH_WHILE_OPEN).await;
+        since += REFRESH_WHILE_OPEN;
         let Some(nodes) = nodes.upgrade() else { return };
-        nodes.refresh().await;
+        if since >= REFRESH_EVERY || nodes.any_open() {
+            since = Duration::ZERO;
+            nodes.refresh().await;
+        }
+    }
+}
+
+impl Nodes {
+    fn any_open(&self) -> bool {
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        known.breakers.values().any(|b| b.is_open())
     }
 }

@@ -102,6 +102,11 @@ impl Batcher {
         }
     }
 
+    /// Whether the connection is known lost (requests fail at once until it is back).
+    pub fn is_down(&self) -> bool {
+        self.health.is_down()
+    }
+
     /// Decides one request's operations (keys already encoded), all or nothing; the
     /// answer comes within the store's timeout (a [`StoreError::Timeout`] then).
     pub async fn decide(
