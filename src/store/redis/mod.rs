@@ -18,6 +18,7 @@ mod cluster;
 pub mod connect;
 pub mod inspect;
 pub mod keys;
+mod misroute;
 mod nodes;
 mod refund;
 pub mod scripts;
@@ -38,7 +39,7 @@ use crate::algorithm::Decision;
 use crate::metrics::Metrics;
 use crate::telemetry::ratelimited;
 
-pub use cluster::CrossSlotPaths;
+pub use cluster::{CrossSlotPaths, slot_of};
 pub use connect::RedisTarget;
 
 /// Bound on one readiness PING.
@@ -242,15 +243,21 @@ async fn open(options: &RedisOptions, protection: &Protection) -> Result<Backend
         .map_err(|_| "loading the scripts timed out".to_owned())?
         .map_err(|e| format!("cannot load the scripts: {}", connect::describe(&e)))?;
     Ok(match connection {
-        Connection::Cluster(c) => Backend::Cluster(
+        Connection::Cluster(mut c) => Backend::Cluster({
+            // The any-slot script too, but without failing: a Redis before 7 cannot
+            // compile it, and its calls are then decided by slot (`misroute.rs`).
+            let load = scripts::BATCH_ANY_SLOT.load_async(&mut c);
+            if let Ok(Err(e)) = tokio::time::timeout(options.connect_timeout, load).await {
+                tracing::warn!(error = %connect::describe(&e), "the any-slot batch script does not load: every call goes by hash slot");
+            }
             Cluster::start(
                 c,
                 options.timeout,
                 protection.breaker,
                 protection.metrics.clone(),
             )
-            .await,
-        ),
+            .await
+        }),
         standalone => Backend::Standalone(Batcher::start(standalone, options.timeout)),
     })
 }

@@ -19,6 +19,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use super::super::misroute;
 use super::super::refund::RefundGuard;
 use super::super::scripts::{Refund, Reply, WireOp};
 use super::Cluster;
@@ -113,18 +114,12 @@ impl Cluster {
         let (results, owed): Answer = work.await;
 
         let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
-        let mut failure = None;
+        // May or may not have consumed (a timeout says nothing): as in the walk.
+        let failure = misroute::reported(results.iter().filter_map(|r| r.as_ref().err())).cloned();
         for (indices, result) in groups.iter().zip(results) {
-            match result {
-                Ok(group) => {
-                    for (&i, reply) in indices.iter().zip(group) {
-                        replies[i] = Some(reply);
-                    }
-                }
-                // May or may not have consumed (a timeout says nothing): as in the walk.
-                Err(e) => {
-                    failure.get_or_insert(e);
-                }
+            let Ok(group) = result else { continue };
+            for (&i, reply) in indices.iter().zip(group) {
+                replies[i] = Some(reply);
             }
         }
         let denied = replies
