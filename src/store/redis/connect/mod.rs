@@ -277,20 +277,22 @@ pub async fn connect(options: &RedisOptions) -> Result<Connection, String> {
                 .map_err(fail)?
         }
     };
-    let ping = redis::cmd("PING");
-    tokio::time::timeout(
-        options.connect_timeout,
-        ping.query_async::<()>(&mut connection),
-    )
-    .await
-    .map_err(|_| {
-        format!(
-            "Redis at {target} did not answer PING within {:?}",
-            options.connect_timeout
-        )
-    })?
-    .map_err(fail)?;
+    ping(&mut connection, options.connect_timeout, &target, fail).await?;
     Ok(connection)
+}
+
+/// One PING within `timeout`; its failure in words by `fail`.
+async fn ping(
+    connection: &mut Connection,
+    timeout: std::time::Duration,
+    target: &str,
+    fail: impl Fn(redis::RedisError) -> String,
+) -> Result<(), String> {
+    let ping = redis::cmd("PING");
+    tokio::time::timeout(timeout, ping.query_async::<()>(connection))
+        .await
+        .map_err(|_| format!("Redis at {target} did not answer PING within {timeout:?}"))?
+        .map_err(fail)
 }
 
 /// A Redis error in words, without echoing connection details that may hold secrets.
