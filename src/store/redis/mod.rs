@@ -1,7 +1,8 @@
 //! The Redis store, standalone (direct or through Sentinel) or cluster. A standalone
 //! server decides a whole request in one script call, shared with the requests
-//! queued beside it (`batcher.rs`); a cluster splits it by hash slot and acquires the
-//! groups at once or in slot order (`cluster/`, refunds in `refund.rs`), each call under the
+//! queued beside it (`batcher/`); a cluster splits it by master and acquires the
+//! groups at once or in one order (`cluster/`, refunds in `refund.rs`, the fallback to
+//! slots in `misroute.rs`), each call under the
 //! circuit breaker of the master serving its slot (`nodes.rs`, slot map in
 //! `slots.rs`); a standalone store gets one breaker around it (`store/stack.rs`).
 //! This module connects, picks the path, bounds each request by the store's timeout

@@ -1,5 +1,6 @@
-//! Acquiring a request's slot groups, all or nothing: all at once when every counter
-//! is far from its limit, one after another in ascending slot order otherwise.
+//! Acquiring a request's groups (one per master, [`super::route`]), all or nothing:
+//! all at once when every counter is far from its limit (or cold), one after another
+//! in the one global order ([`super::route::Route`]) otherwise.
 //!
 //! Why two ways. The ordered walk is what keeps contention from starving anybody
 //! ([`Cluster::walk_in_order`] argues it), but it costs one round trip per group in
@@ -141,7 +142,7 @@ fn count(counter: &AtomicU64) {
 }
 
 /// One multi-group request on its way through the paths below: its keys and
-/// operations, their hint ids ([`super::headroom`]), its slot groups in ascending slot
+/// operations, their hint ids ([`super::headroom`]), its groups in the global
 /// order, and the deadline every call of it shares.
 #[derive(Clone, Copy)]
 pub(super) struct Request<'a> {
@@ -161,7 +162,7 @@ fn vetoed(ops: &[CounterOp], replies: &[Option<Reply>]) -> bool {
 }
 
 impl Cluster {
-    /// Decides a request of several slot groups, consuming: see the module docs.
+    /// Decides a request of several groups, consuming: see the module docs.
     ///
     /// The race, bounded. A racer trusts a reading (a dry run, or a hint at most
     /// [`super::headroom::TTL`] old) that left the margin: it loses only if more than a
@@ -300,7 +301,7 @@ impl Cluster {
         self.walk_in_order(req, replies).await
     }
 
-    /// Acquires the slot groups in ascending slot order, each check-and-consume in one
+    /// Acquires the groups in the global order, each check-and-consume in one
     /// atomic call, stopping at the first that denies.
     ///
     /// Why in order, and not all at once: with consume-then-refund in parallel, N
