@@ -246,13 +246,20 @@ async fn open(options: &RedisOptions, protection: &Protection) -> Result<Backend
     Ok(match connection {
         Connection::Cluster(mut c) => Backend::Cluster({
             // The any-slot script too, but without failing: a Redis before 7 cannot
-            // compile it, and its calls are then decided by slot (`misroute.rs`).
+            // compile it, and every call then goes by slot, as before per-master
+            // batching (`cluster/route.rs`).
             let load = scripts::BATCH_ANY_SLOT.load_async(&mut c);
-            if let Ok(Err(e)) = tokio::time::timeout(options.connect_timeout, load).await {
-                tracing::warn!(error = %connect::describe(&e), "the any-slot batch script does not load: every call goes by hash slot");
-            }
+            let by_master = match tokio::time::timeout(options.connect_timeout, load).await {
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %connect::describe(&e), "the any-slot batch script does not load (Redis before 7?): every call goes by hash slot");
+                    false
+                }
+                // Loaded, or no answer in time: the calls will tell (`misroute.rs`).
+                _ => true,
+            };
             Cluster::start(
                 c,
+                by_master,
                 options.timeout,
                 protection.breaker,
                 protection.metrics.clone(),

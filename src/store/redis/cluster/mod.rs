@@ -70,13 +70,18 @@ pub struct Cluster {
     headroom: Arc<Headroom>,
     /// Which way multi-group requests went.
     paths: PathCounters,
+    /// Whether groups are formed per master (the any-slot script loaded), or per
+    /// slot only.
+    by_master: bool,
 }
 
 impl Cluster {
     /// The cluster path over `connection`, with a breaker of `breaker` options per
-    /// master (their states, failures and abandoned refunds go to `metrics`).
+    /// master (their states, failures and abandoned refunds go to `metrics`); groups
+    /// per master when `by_master`, else per slot.
     pub async fn start(
         connection: ClusterConnection,
+        by_master: bool,
         timeout: Duration,
         breaker: BreakerOptions,
         metrics: Option<Arc<Metrics>>,
@@ -95,6 +100,7 @@ impl Cluster {
             nodes,
             headroom: Arc::new(Headroom::default()),
             paths: PathCounters::default(),
+            by_master,
         }
     }
 
@@ -118,7 +124,7 @@ impl Cluster {
         dry_run: bool,
         deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
-        let groups = route::group(keys, Some(&self.nodes));
+        let groups = route::group(keys, Some(&*self.nodes).filter(|_| self.by_master));
         match self
             .decide_groups(keys, ops, &groups, dry_run, deadline)
             .await
