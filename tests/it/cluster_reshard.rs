@@ -18,12 +18,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::redis::custom::{private_cluster, wait_for};
+use crate::cluster_faults::reshard;
+use common::redis::custom::private_cluster;
 use common::redis::{RedisCluster, cluster_nodes, redis_cli};
-use tollgate::algorithm::{Algorithm, Params};
 use tollgate::store::redis::connect::RedisTarget;
 use tollgate::store::redis::{RedisStore, keys, slot_of};
-use tollgate::store::{CounterKey, CounterOp, Store};
+use tollgate::store::{CounterOp, Store};
 
 fn port(addr: &str) -> u16 {
     addr.rsplit(':')
@@ -39,25 +39,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 /// A fixed-window counter `value` of limit `limit` per hour (no window ends during a
 /// test).
 fn op(value: &str, limit: u64) -> CounterOp {
-    CounterOp {
-        key: CounterKey {
-            domain: Arc::from("reshard"),
-            rule: Arc::from("k"),
-            entries: [("k".into(), value.into())].into_iter().collect(),
-            algorithm: Algorithm::FixedWindow,
-            window_secs: 3600,
-            hash_tag: None,
-        },
-        params: Params {
-            algorithm: Algorithm::FixedWindow,
-            limit,
-            window_ms: 3_600_000,
-            burst: limit,
-            max_delay_ms: None,
-        },
-        cost: 1,
-        vetoes: true,
-    }
+    common::stores::hourly("reshard", value, limit)
 }
 
 async fn store_on(cluster: &RedisCluster, test: &str) -> (RedisStore, String) {
@@ -212,31 +194,7 @@ fn reshard_there_and_back(cluster: &RedisCluster) -> usize {
     let ids = ids(cluster);
     let (from, to) = (ids[&masters[0]].clone(), ids[&masters[1]].clone());
     let seed = masters[2].clone();
-    let mut moved = 0;
-    for (a, b) in [(&from, &to), (&to, &from)] {
-        wait_for("the nodes to agree", Duration::from_secs(20), || {
-            let check = std::process::Command::new("redis-cli")
-                .args(["--cluster", "check", &seed])
-                .output()
-                .map_err(|e| e.to_string())?;
-            let text = String::from_utf8_lossy(&check.stdout).into_owned();
-            (check.status.success() && !text.contains("[ERR]"))
-                .then_some(())
-                .ok_or(text)
-        })
-        .expect("cluster check");
-        let output = std::process::Command::new("redis-cli")
-            .args(["--cluster", "reshard", &seed])
-            .args(["--cluster-from", a, "--cluster-to", b])
-            .args(["--cluster-slots", "1000", "--cluster-yes"])
-            .args(["--cluster-pipeline", "10"])
-            .output()
-            .expect("redis-cli --cluster reshard");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "reshard failed: {stdout}");
-        moved += stdout.matches("Moving slot").count() / 2;
-    }
-    moved
+    reshard(&seed, &from, &to, 1000) + reshard(&seed, &to, &from, 1000)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -228,53 +228,48 @@ fn masters_by_slot(port: u16) -> HashMap<u16, String> {
         .collect()
 }
 
-/// Distinct masters serving the counters `request` touches, from tollgate's own keys
-/// (`owners`: [`masters_by_slot`]).
+/// The hash slots of the counters `request` touches, from tollgate's own keys.
+fn slots(config: &Config, prefix: &str, request: &RateLimitRequest) -> Vec<u16> {
+    let domain = config.domain(&request.domain).expect("known domain");
+    let mut slots = Vec::new();
+    for (i, d) in request.descriptors.iter().enumerate() {
+        if let plan::Plan::Limited {
+            limits,
+            rule,
+            shared,
+            ..
+        } = plan::resolve(domain, i, d).expect("resolves")
+        {
+            for limit in limits.as_slice() {
+                let key = plan::counter_key(&domain.name, rule, d, shared, limit);
+                slots.push(tollgate::store::redis::slot_of(&keys::encode(prefix, &key)));
+            }
+        }
+    }
+    slots
+}
+
+/// Distinct masters serving the counters `request` touches (`owners`:
+/// [`masters_by_slot`]).
 fn master_groups(
     config: &Config,
     prefix: &str,
     request: &RateLimitRequest,
     owners: &HashMap<u16, String>,
 ) -> usize {
-    let domain = config.domain(&request.domain).expect("known domain");
-    let mut masters = HashSet::new();
-    for (i, d) in request.descriptors.iter().enumerate() {
-        if let plan::Plan::Limited {
-            limits,
-            rule,
-            shared,
-            ..
-        } = plan::resolve(domain, i, d).expect("resolves")
-        {
-            for limit in limits.as_slice() {
-                let key = plan::counter_key(&domain.name, rule, d, shared, limit);
-                let slot = tollgate::store::redis::slot_of(&keys::encode(prefix, &key));
-                masters.insert(owners.get(&slot).expect("a master per slot").clone());
-            }
-        }
-    }
+    let masters: HashSet<&String> = slots(config, prefix, request)
+        .iter()
+        .map(|slot| owners.get(slot).expect("a master per slot"))
+        .collect();
     masters.len()
 }
 
-/// Distinct hash slots of the counters `request` touches, from tollgate's own keys.
+/// Distinct hash slots of the counters `request` touches.
 fn slot_groups(config: &Config, prefix: &str, request: &RateLimitRequest) -> usize {
-    let domain = config.domain(&request.domain).expect("known domain");
-    let mut slots = HashSet::new();
-    for (i, d) in request.descriptors.iter().enumerate() {
-        if let plan::Plan::Limited {
-            limits,
-            rule,
-            shared,
-            ..
-        } = plan::resolve(domain, i, d).expect("resolves")
-        {
-            for limit in limits.as_slice() {
-                let key = plan::counter_key(&domain.name, rule, d, shared, limit);
-                slots.insert(tollgate::store::redis::slot_of(&keys::encode(prefix, &key)));
-            }
-        }
-    }
-    slots.len()
+    slots(config, prefix, request)
+        .into_iter()
+        .collect::<HashSet<u16>>()
+        .len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,25 +91,31 @@ pub fn ops_in_distinct_slots(
         }
         slots.push(slot);
         masters.push(master);
-        ops.push(CounterOp {
-            key: CounterKey {
-                domain: Arc::from(domain),
-                rule: Arc::from("k"),
-                entries: [("k".into(), value.into())].into_iter().collect(),
-                algorithm: Algorithm::FixedWindow,
-                window_secs: 3600,
-                hash_tag: None,
-            },
-            params: Params {
-                algorithm: Algorithm::FixedWindow,
-                limit,
-                window_ms: 3_600_000,
-                burst: limit,
-                max_delay_ms: None,
-            },
-            cost: 1,
-            vetoes: true,
-        });
+        ops.push(hourly(domain, &value, limit));
     }
     ops
+}
+
+/// A fixed-window operation of limit `limit` per hour (cost 1, vetoing) in domain
+/// `domain`, rule `k`, on the counter of entry `k` = `value`.
+pub fn hourly(domain: &str, value: &str, limit: u64) -> CounterOp {
+    CounterOp {
+        key: CounterKey {
+            domain: Arc::from(domain),
+            rule: Arc::from("k"),
+            entries: [("k".into(), value.into())].into_iter().collect(),
+            algorithm: Algorithm::FixedWindow,
+            window_secs: 3600,
+            hash_tag: None,
+        },
+        params: Params {
+            algorithm: Algorithm::FixedWindow,
+            limit,
+            window_ms: 3_600_000,
+            burst: limit,
+            max_delay_ms: None,
+        },
+        cost: 1,
+        vetoes: true,
+    }
 }
