@@ -2,7 +2,12 @@
 -- one hash slot (or one standalone server), atomically, each request all or nothing.
 --
 -- KEYS[i]   the counter of operation i, all segments' operations in order. On a
---           cluster every key shares one hash tag, so the call routes by KEYS[1].
+--           cluster, either every key shares one hash slot and the call routes by
+--           KEYS[1], or (the any-slot variant, BATCH_ANY_SLOT in scripts.rs) no key
+--           is declared, the call goes to one master by address, and a prelude takes
+--           KEYS from ARGV: Redis then checks each key as it is touched, and a key
+--           the node does not serve fails the call. Every key is read before any is
+--           written, so such a call writes nothing.
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
 -- ARGV[1+i] operation i, 43 bytes, struct.pack('<BBddddBd', f, id, limit, window ms,

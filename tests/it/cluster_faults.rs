@@ -58,6 +58,34 @@ fn clean(phase: &str, tally: &Tally) {
     assert_eq!(tally.wrong(), 0, "{phase}: {tally:?}");
 }
 
+/// Moves `slots` slots from the master of node id `from` to `to` with redis-cli
+/// (asking `seed`), once the nodes agree on the topology; how many it moved.
+pub fn reshard(seed: &str, from: &str, to: &str, slots: usize) -> usize {
+    // redis-cli refuses to start while the nodes' views still differ.
+    wait_for("the nodes to agree", Duration::from_secs(20), || {
+        let check = std::process::Command::new("redis-cli")
+            .args(["--cluster", "check", seed])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&check.stdout).into_owned();
+        (check.status.success() && !text.contains("[ERR]"))
+            .then_some(())
+            .ok_or(text)
+    })
+    .expect("cluster check");
+    let output = std::process::Command::new("redis-cli")
+        .args(["--cluster", "reshard", seed])
+        .args(["--cluster-from", from, "--cluster-to", to])
+        .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+        .args(["--cluster-pipeline", "10"])
+        .output()
+        .expect("redis-cli --cluster reshard");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "reshard failed: {stdout}");
+    // redis-cli names each slot twice: in its plan and when moving it.
+    stdout.matches("Moving slot").count() / 2
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.expect("blocking task")
 }
@@ -162,34 +190,8 @@ async fn resharding_under_load() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let began = Instant::now();
     let moved = blocking(move || {
-        let mut total = 0;
         // There and back: keys written during the first move migrate again.
-        for (a, b) in [(&from, &to), (&to, &from)] {
-            // redis-cli refuses to start while the nodes' views still differ.
-            wait_for("the nodes to agree", Duration::from_secs(20), || {
-                let check = std::process::Command::new("redis-cli")
-                    .args(["--cluster", "check", &seed])
-                    .output()
-                    .map_err(|e| e.to_string())?;
-                let text = String::from_utf8_lossy(&check.stdout).into_owned();
-                (check.status.success() && !text.contains("[ERR]"))
-                    .then_some(())
-                    .ok_or(text)
-            })
-            .expect("cluster check");
-            let output = std::process::Command::new("redis-cli")
-                .args(["--cluster", "reshard", &seed])
-                .args(["--cluster-from", a, "--cluster-to", b])
-                .args(["--cluster-slots", "1500", "--cluster-yes"])
-                .args(["--cluster-pipeline", "10"])
-                .output()
-                .expect("redis-cli --cluster reshard");
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            assert!(output.status.success(), "reshard failed: {stdout}");
-            // redis-cli names each slot twice: in its plan and when moving it.
-            total += stdout.matches("Moving slot").count() / 2;
-        }
-        total
+        reshard(&seed, &from, &to, 1500) + reshard(&seed, &to, &from, 1500)
     })
     .await;
     let resharding = began.elapsed();

@@ -21,6 +21,7 @@ mod cli_pipe;
 mod cli_redis;
 mod cluster_batching;
 mod cluster_faults;
+mod cluster_reshard;
 mod config_algorithms;
 mod config_dirs;
 mod config_errors;

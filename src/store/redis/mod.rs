@@ -1,7 +1,8 @@
 //! The Redis store, standalone (direct or through Sentinel) or cluster. A standalone
 //! server decides a whole request in one script call, shared with the requests
-//! queued beside it (`batcher/`); a cluster splits it by hash slot and acquires the
-//! groups at once or in slot order (`cluster/`, refunds in `refund.rs`), each call under the
+//! queued beside it (`batcher/`); a cluster splits it by master and acquires the
+//! groups at once or in one order (`cluster/`, refunds in `refund.rs`, the fallback to
+//! slots in `misroute.rs`), each call under the
 //! circuit breaker of the master serving its slot (`nodes.rs`, slot map in
 //! `slots.rs`); a standalone store gets one breaker around it (`store/stack.rs`).
 //! This module connects, picks the path, bounds each request by the store's timeout
@@ -18,6 +19,7 @@ mod cluster;
 pub mod connect;
 pub mod inspect;
 pub mod keys;
+mod misroute;
 mod nodes;
 mod refund;
 pub mod scripts;
@@ -38,7 +40,7 @@ use crate::algorithm::Decision;
 use crate::metrics::Metrics;
 use crate::telemetry::ratelimited;
 
-pub use cluster::CrossSlotPaths;
+pub use cluster::{CrossSlotPaths, slot_of};
 pub use connect::RedisTarget;
 
 /// Bound on one readiness PING.
@@ -242,15 +244,28 @@ async fn open(options: &RedisOptions, protection: &Protection) -> Result<Backend
         .map_err(|_| "loading the scripts timed out".to_owned())?
         .map_err(|e| format!("cannot load the scripts: {}", connect::describe(&e)))?;
     Ok(match connection {
-        Connection::Cluster(c) => Backend::Cluster(
+        Connection::Cluster(mut c) => Backend::Cluster({
+            // The any-slot script too, but without failing: a Redis before 7 cannot
+            // compile it, and every call then goes by slot, as before per-master
+            // batching (`cluster/route.rs`).
+            let load = scripts::BATCH_ANY_SLOT.load_async(&mut c);
+            let by_master = match tokio::time::timeout(options.connect_timeout, load).await {
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %connect::describe(&e), "the any-slot batch script does not load (Redis before 7?): every call goes by hash slot");
+                    false
+                }
+                // Loaded, or no answer in time: the calls will tell (`misroute.rs`).
+                _ => true,
+            };
             Cluster::start(
                 c,
+                by_master,
                 options.timeout,
                 protection.breaker,
                 protection.metrics.clone(),
             )
-            .await,
-        ),
+            .await
+        }),
         standalone => Backend::Standalone(Batcher::start(standalone, options.timeout)),
     })
 }

@@ -28,6 +28,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use super::connect::describe;
+use super::slot_batch::SLOTS;
 use super::slots::SlotMap;
 use crate::metrics::Metrics;
 use crate::store::StoreError;
@@ -66,6 +67,9 @@ pub struct Nodes {
 
 struct Known {
     map: SlotMap,
+    /// Each slot's master, by slot, for routing the any-slot batch calls: looked up
+    /// per key, so a table and not the map's search.
+    owners: Box<[Option<Arc<str>>]>,
     breakers: HashMap<String, Arc<CircuitBreaker>>,
     unmapped: Arc<CircuitBreaker>,
 }
@@ -81,6 +85,7 @@ impl Nodes {
         let nodes = Arc::new(Nodes {
             known: RwLock::new(Known {
                 map: SlotMap::default(),
+                owners: vec![None; SLOTS].into_boxed_slice(),
                 breakers: HashMap::new(),
                 unmapped: Arc::new(CircuitBreaker::new(UNMAPPED, options, metrics.as_ref())),
             }),
@@ -105,6 +110,15 @@ impl Nodes {
             .and_then(|master| known.breakers.get(master))
             .unwrap_or(&known.unmapped)
             .clone()
+    }
+
+    /// The master serving each of `slots` (`host:port`), as the map knows it.
+    pub fn owners(&self, slots: impl IntoIterator<Item = u16>) -> Vec<Option<Arc<str>>> {
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        slots
+            .into_iter()
+            .map(|slot| known.owners.get(usize::from(slot)).cloned().flatten())
+            .collect()
     }
 
     /// Runs `call` (one slot group on `slot`) by `deadline` under its master's
@@ -140,7 +154,8 @@ impl Nodes {
         result
     }
 
-    fn refresh_soon(self: &Arc<Self>) {
+    /// Asks for a fresh slot map soon (at most once per [`REFRESH_GAP`]).
+    pub fn refresh_soon(self: &Arc<Self>) {
         let now = self.now_ms();
         let last = self.last_refresh_ms.load(Ordering::Relaxed);
         // Claimed here, before spawning, so a burst of failed calls spawns one
@@ -225,7 +240,7 @@ impl Nodes {
         }
         let masters = map.masters();
         let mut breakers = HashMap::with_capacity(masters.len());
-        for master in masters {
+        for &master in &masters {
             let breaker = match known.breakers.remove(master) {
                 // The map moved (a failover, a reshard): what opened a master that
                 // stayed was the cluster being down, not the master. Probe at once.
@@ -254,6 +269,13 @@ impl Nodes {
             "Redis Cluster slot map learnt: one circuit breaker per master"
         );
         known.breakers = breakers;
+        let shared: HashMap<&str, Arc<str>> = masters.iter().map(|&m| (m, Arc::from(m))).collect();
+        known.owners = (0..SLOTS)
+            .map(|slot| {
+                let slot = u16::try_from(slot).ok()?;
+                map.master_of(slot).and_then(|m| shared.get(m)).cloned()
+            })
+            .collect();
         known.map = map;
         // A fresh, closed `unmapped` breaker: one left open by failures before this
         // map would stay so (its gauge too) until an unmapped slot is called again.

@@ -21,6 +21,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::time::{Instant, timeout, timeout_at};
 
+use super::cluster::slot_of;
 use super::connect::describe;
 use super::scripts::{self, Refund, Reply, WireOp};
 use crate::store::CounterOp;
@@ -74,16 +75,23 @@ impl RefundGuard {
                 })
             })
             .collect();
-        if !group.is_empty() {
-            self.owed.push(group);
-        }
+        self.owe(group);
     }
 
     /// Records a group's refunds made elsewhere (by the parallel acquisition's task).
+    /// A group of one master spans several slots: its refunds are sent per slot,
+    /// each call declaring its keys, so that redis-rs routes each where its slot is now.
     pub fn owe(&mut self, group: Vec<Refund>) {
-        if !group.is_empty() {
-            self.owed.push(group);
+        let mut by_slot: Vec<(u16, Vec<Refund>)> = Vec::new();
+        for refund in group {
+            let slot = slot_of(&refund.key);
+            match by_slot.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, refunds)) => refunds.push(refund),
+                None => by_slot.push((slot, vec![refund])),
+            }
         }
+        self.owed
+            .extend(by_slot.into_iter().map(|(_, refunds)| refunds));
     }
 
     /// The request was admitted: nothing is owed.

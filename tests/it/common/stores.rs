@@ -64,7 +64,9 @@ pub fn down() -> Arc<DownStore> {
 
 /// `groups` fixed-window operations of limit `limit` (cost 1, vetoing) in domain
 /// `domain`, rule `k`, each counter in a slot of its own on the harness cluster (the
-/// default hash tag is the domain and the entries), the values named `{prefix}N`.
+/// default hash tag is the domain and the entries), the values named `{prefix}N`; the
+/// first ones each on a master of its own (the cluster path groups by master, so
+/// counters sharing one would be one group), as many as there are masters.
 pub fn ops_in_distinct_slots(
     domain: &str,
     prefix: &str,
@@ -73,36 +75,47 @@ pub fn ops_in_distinct_slots(
 ) -> Vec<CounterOp> {
     let cluster = super::redis::cluster();
     let mut slots = Vec::new();
+    let all = cluster.masters();
+    let mut masters = Vec::new();
     let mut ops = Vec::new();
     for i in 0.. {
         if ops.len() == groups {
             break;
         }
         let value = format!("{prefix}{i}");
-        let slot = super::redis::keyslot(cluster, &format!("{{{domain}|k={value}}}"));
-        if slots.contains(&slot) {
+        let key = format!("{{{domain}|k={value}}}");
+        let slot = super::redis::keyslot(cluster, &key);
+        let master = cluster.master_for_key(&key);
+        if slots.contains(&slot) || (masters.len() < all.len() && masters.contains(&master)) {
             continue;
         }
         slots.push(slot);
-        ops.push(CounterOp {
-            key: CounterKey {
-                domain: Arc::from(domain),
-                rule: Arc::from("k"),
-                entries: [("k".into(), value.into())].into_iter().collect(),
-                algorithm: Algorithm::FixedWindow,
-                window_secs: 3600,
-                hash_tag: None,
-            },
-            params: Params {
-                algorithm: Algorithm::FixedWindow,
-                limit,
-                window_ms: 3_600_000,
-                burst: limit,
-                max_delay_ms: None,
-            },
-            cost: 1,
-            vetoes: true,
-        });
+        masters.push(master);
+        ops.push(hourly(domain, &value, limit));
     }
     ops
+}
+
+/// A fixed-window operation of limit `limit` per hour (cost 1, vetoing) in domain
+/// `domain`, rule `k`, on the counter of entry `k` = `value`.
+pub fn hourly(domain: &str, value: &str, limit: u64) -> CounterOp {
+    CounterOp {
+        key: CounterKey {
+            domain: Arc::from(domain),
+            rule: Arc::from("k"),
+            entries: [("k".into(), value.into())].into_iter().collect(),
+            algorithm: Algorithm::FixedWindow,
+            window_secs: 3600,
+            hash_tag: None,
+        },
+        params: Params {
+            algorithm: Algorithm::FixedWindow,
+            limit,
+            window_ms: 3_600_000,
+            burst: limit,
+            max_delay_ms: None,
+        },
+        cost: 1,
+        vetoes: true,
+    }
 }

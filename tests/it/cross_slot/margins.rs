@@ -45,7 +45,7 @@ async fn a_hint_read_under_one_limit_is_not_used_under_an_override() {
         assert!(store.decide(&wide).await.expect("decided")[0].allowed);
     }
     let before = store.cross_slot_paths();
-    assert_eq!(before.checked + before.hinted, 3, "{before:?}");
+    assert_eq!(before.cold + before.hinted, 3, "{before:?}");
     let mut narrow = wide.clone();
     for op in &mut narrow {
         op.params.limit = 10;
@@ -57,7 +57,11 @@ async fn a_hint_read_under_one_limit_is_not_used_under_an_override() {
         "4 of 10: {decisions:?}"
     );
     let after = store.cross_slot_paths();
-    assert_eq!(after.hinted, before.hinted, "{after:?}");
+    assert_eq!(
+        (after.hinted, after.cold),
+        (before.hinted, before.cold),
+        "{after:?}"
+    );
     assert_eq!(after.ordered, before.ordered + 1, "{after:?}");
     for op in &wide {
         assert_eq!(count(&prefix, &format!("k={}", op.key.entries[0].1)), 4);

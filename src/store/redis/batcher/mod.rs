@@ -43,7 +43,8 @@ use tokio::time::Instant;
 
 use self::depth::Depth;
 use super::connect::describe;
-use super::scripts::{self, Reply, Segment, WireOp};
+use super::misroute;
+use super::scripts::{self, Layout, Reply, Segment, WireOp};
 use crate::store::StoreError;
 
 /// Operations per call, at most, unless one request alone has more (it then goes
@@ -92,9 +93,22 @@ impl Batcher {
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
+        Self::start_in(Layout::Declared, connection, timeout)
+    }
+
+    /// [`Batcher::start`], its calls' keys where `layout` puts them.
+    pub fn start_in<C>(layout: Layout, connection: C, timeout: Duration) -> Self
+    where
+        C: ConnectionLike + Clone + Send + 'static,
+    {
         let (queue, jobs) = mpsc::unbounded_channel();
         let health = Arc::new(Health::default());
-        tokio::spawn(drain(jobs, connection, timeout, Arc::clone(&health)));
+        let line = Line {
+            connection,
+            layout,
+            timeout,
+        };
+        tokio::spawn(drain(jobs, line, Arc::clone(&health)));
         Self {
             queue,
             health,
@@ -150,14 +164,20 @@ struct CallError {
     lost: bool,
 }
 
-async fn drain<C>(
-    mut jobs: mpsc::UnboundedReceiver<Job>,
+/// Where a queue's calls go, and how.
+#[derive(Clone)]
+struct Line<C> {
     connection: C,
+    layout: Layout,
+    /// Each request's budget.
     timeout: Duration,
-    health: Arc<Health>,
-) where
+}
+
+async fn drain<C>(mut jobs: mpsc::UnboundedReceiver<Job>, line: Line<C>, health: Arc<Health>)
+where
     C: ConnectionLike + Clone + Send + 'static,
 {
+    let timeout = line.timeout;
     let mut depth = Depth::default();
     let mut calls = FuturesUnordered::new();
     // A job that did not fit in the previous call opens the next one.
@@ -177,7 +197,7 @@ async fn drain<C>(
                 let Finished { batch, sent, replies } = finished;
                 match &replies {
                     Ok(_) => depth.observe(std::time::Instant::now(), sent.elapsed()),
-                    Err(e) if e.lost => recover::mark_down(&health, &connection, &e.error),
+                    Err(e) if e.lost => recover::mark_down(&health, &line.connection, &e.error),
                     Err(_) => {}
                 }
                 answer(batch, replies.map_err(|e| e.error));
@@ -197,7 +217,7 @@ async fn drain<C>(
                     answer(batch, Err(StoreError::Unavailable(DOWN.to_owned())));
                     continue;
                 }
-                calls.push(send(connection.clone(), batch, timeout));
+                calls.push(send(line.clone(), batch));
             }
             else => return,
         }
@@ -244,15 +264,11 @@ fn gather(
 
 /// One call, given up at the earliest deadline of its jobs (the first: the queue is
 /// in arrival order and every request has the same timeout).
-async fn send<C: ConnectionLike>(
-    mut connection: C,
-    batch: Vec<Job>,
-    timeout: Duration,
-) -> Finished {
-    let sent = std::time::Instant::now();
+async fn send<C: ConnectionLike>(mut line: Line<C>, batch: Vec<Job>) -> Finished {
+    let (sent, timeout) = (std::time::Instant::now(), line.timeout);
     let deadline = batch.iter().map(|job| job.deadline).min();
     let deadline = deadline.unwrap_or_else(|| Instant::now() + timeout);
-    let replies = tokio::time::timeout_at(deadline, call(&mut connection, &batch))
+    let replies = tokio::time::timeout_at(deadline, call(&mut line, &batch))
         .await
         .unwrap_or(Err(CallError {
             error: StoreError::Timeout(timeout),
@@ -267,7 +283,7 @@ async fn send<C: ConnectionLike>(
 
 /// One EVALSHA for every job of `batch`: all their replies, in order.
 async fn call<C: ConnectionLike>(
-    connection: &mut C,
+    line: &mut Line<C>,
     batch: &[Job],
 ) -> Result<Vec<Reply>, CallError> {
     let segments: Vec<Segment<'_, String>> = batch
@@ -278,13 +294,20 @@ async fn call<C: ConnectionLike>(
             dry_run: job.dry_run,
         })
         .collect();
-    let cmd = scripts::batch_cmd(&segments, None);
+    let cmd = scripts::batch_cmd_in(line.layout, &segments, None);
     let total: usize = batch.iter().map(|job| job.ops.len()).sum();
-    let reply: Vec<u8> = scripts::evalsha(connection, &cmd, &scripts::BATCH)
+    let reply: Vec<u8> = scripts::evalsha(&mut line.connection, &cmd, line.layout.script())
         .await
-        .map_err(|e| CallError {
-            error: StoreError::Unavailable(describe(&e)),
-            lost: recover::connection_lost(&e),
+        .map_err(|e| match line.layout {
+            // Nothing was written: the caller decides the request again by slot.
+            Layout::AnySlot if misroute::misrouted(&e) => CallError {
+                error: misroute::error(&e),
+                lost: false,
+            },
+            _ => CallError {
+                error: StoreError::Unavailable(describe(&e)),
+                lost: recover::connection_lost(&e),
+            },
         })?;
     scripts::parse_batch_reply(&reply, total).map_err(|e| CallError {
         error: StoreError::Unavailable(e),
@@ -311,138 +334,4 @@ fn answer(batch: Vec<Job>, replies: Result<Vec<Reply>, StoreError>) {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The queue's discipline alone, on a connection whose calls end only when the
-    //! test lets them (it stands for calls in flight, not for Redis: Redis itself is
-    //! in `tests/it`).
-
-    use super::*;
-    use std::sync::atomic::AtomicUsize;
-    use tokio::sync::Semaphore;
-
-    #[derive(Clone)]
-    struct Held {
-        calls: Arc<AtomicUsize>,
-        /// One permit lets one call end (with an error that is not a lost connection).
-        release: Arc<Semaphore>,
-    }
-
-    impl ConnectionLike for Held {
-        fn req_packed_command<'a>(
-            &'a mut self,
-            _: &'a redis::Cmd,
-        ) -> redis::RedisFuture<'a, redis::Value> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            let release = Arc::clone(&self.release);
-            Box::pin(async move {
-                let _ = release.acquire().await.map(|p| p.forget());
-                Err(redis::RedisError::from((
-                    redis::ErrorKind::Client,
-                    "let go by the test",
-                )))
-            })
-        }
-
-        fn req_packed_commands<'a>(
-            &'a mut self,
-            _: &'a redis::Pipeline,
-            _: usize,
-            _: usize,
-        ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-            Box::pin(std::future::pending())
-        }
-
-        fn get_db(&self) -> i64 {
-            0
-        }
-    }
-
-    fn op() -> WireOp {
-        let params = crate::algorithm::Params {
-            algorithm: crate::algorithm::Algorithm::FixedWindow,
-            limit: 10,
-            window_ms: 60_000,
-            burst: 10,
-            max_delay_ms: None,
-        };
-        WireOp::new(&crate::store::CounterOp {
-            key: crate::store::CounterKey {
-                domain: Arc::from("d"),
-                rule: Arc::from("r"),
-                entries: Default::default(),
-                algorithm: params.algorithm,
-                window_secs: 60,
-                hash_tag: None,
-            },
-            params,
-            cost: 1,
-            vetoes: true,
-        })
-    }
-
-    /// Calls in flight hold the queue (that is what batches requests), but when a call
-    /// ends with more than a full call's worth waiting, one call more goes out beside
-    /// the ones allowed: what waits could merge no further, and holding it would leave
-    /// Redis idle for a round trip between calls at saturation.
-    #[tokio::test]
-    async fn a_backlog_of_a_full_call_sends_one_call_more() {
-        let connection = Held {
-            calls: Arc::default(),
-            release: Arc::new(Semaphore::new(0)),
-        };
-        let (calls, release) = (
-            Arc::clone(&connection.calls),
-            Arc::clone(&connection.release),
-        );
-        let sent = || calls.load(Ordering::SeqCst);
-        let batcher = Arc::new(Batcher::start(connection, Duration::from_secs(30)));
-        let ask = |n: usize| -> Vec<tokio::task::JoinHandle<_>> {
-            (0..n)
-                .map(|i| {
-                    let batcher = Arc::clone(&batcher);
-                    tokio::spawn(async move {
-                        batcher
-                            .decide(vec![format!("k{i}")], vec![op()], false)
-                            .await
-                    })
-                })
-                .collect()
-        };
-        let settle = || async {
-            for _ in 0..1000 {
-                tokio::task::yield_now().await;
-            }
-        };
-        // Fill the calls allowed in flight, one request at a time, until one waits.
-        let mut asked = Vec::new();
-        let allowed = loop {
-            let before = sent();
-            asked.extend(ask(1));
-            settle().await;
-            if sent() == before {
-                break before;
-            }
-            assert!(before < depth::MAX, "every request was sent at once");
-        };
-        assert!(allowed >= depth::MIN, "nothing was sent");
-        // Two full calls' worth more: nothing goes while every slot is taken.
-        asked.extend(ask(2 * MAX_OPS_PER_CALL));
-        settle().await;
-        assert_eq!(sent(), allowed, "sent without room");
-        // One call ends: its slot takes a full call, and the backlog one more.
-        release.add_permits(1);
-        settle().await;
-        assert_eq!(
-            sent(),
-            allowed + 2,
-            "one call for the free slot, one for the backlog"
-        );
-        // What is left is less than a full call: it waits.
-        settle().await;
-        assert_eq!(
-            sent(),
-            allowed + 2,
-            "less than a full call sent without room"
-        );
-    }
-}
+mod tests;

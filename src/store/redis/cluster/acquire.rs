@@ -1,5 +1,6 @@
-//! Acquiring a request's slot groups, all or nothing: all at once when every counter
-//! is far from its limit, one after another in ascending slot order otherwise.
+//! Acquiring a request's groups (one per master, [`super::route`]), all or nothing:
+//! all at once when every counter is far from its limit (or cold), one after another
+//! in the one global order ([`super::route::Route`]) otherwise.
 //!
 //! Why two ways. The ordered walk is what keeps contention from starving anybody
 //! ([`Cluster::walk_in_order`] argues it), but it costs one round trip per group in
@@ -39,8 +40,8 @@ use tokio::time::Instant;
 
 use super::super::refund::RefundGuard;
 use super::super::scripts::Reply;
-use super::headroom::Ids;
-use super::{Cluster, decisions};
+use super::headroom::{Ids, Reading};
+use super::{Cluster, Group, decisions};
 use crate::algorithm::Decision;
 use crate::store::{CounterOp, StoreError};
 
@@ -49,6 +50,9 @@ use crate::store::{CounterOp, StoreError};
 pub struct CrossSlotPaths {
     /// Acquired all at once after fresh hints showed the margins (no check).
     pub hinted: u64,
+    /// Raced all at once without a check because some counter had no fresh reading
+    /// (see [`super::headroom::Reading::Cold`]).
+    pub cold: u64,
     /// Acquired all at once after the check showed the margins.
     pub checked: u64,
     /// Raced all at once, a group denied: refunded, then walked in order.
@@ -59,6 +63,9 @@ pub struct CrossSlotPaths {
     pub denied: u64,
     /// Denied soon after a lost race, and decided once more after [`SECOND_LOOK`].
     pub second_looks: u64,
+    /// Requests (of one group or several) decided again by slot after a call to a
+    /// master met a key that master does not serve ([`super::super::misroute`]).
+    pub misrouted: u64,
 }
 
 /// How long after a lost race a denial is not trusted at once: the racers' refunds
@@ -69,11 +76,13 @@ pub const SECOND_LOOK: Duration = Duration::from_millis(5);
 
 pub struct PathCounters {
     hinted: AtomicU64,
+    cold: AtomicU64,
     checked: AtomicU64,
     fell_back: AtomicU64,
     ordered: AtomicU64,
     denied: AtomicU64,
     second_looks: AtomicU64,
+    misrouted: AtomicU64,
     /// When this process last lost a race, in ms since `epoch` (0: never).
     lost_race_ms: AtomicU64,
     epoch: std::time::Instant,
@@ -83,11 +92,13 @@ impl Default for PathCounters {
     fn default() -> Self {
         Self {
             hinted: AtomicU64::new(0),
+            cold: AtomicU64::new(0),
             checked: AtomicU64::new(0),
             fell_back: AtomicU64::new(0),
             ordered: AtomicU64::new(0),
             denied: AtomicU64::new(0),
             second_looks: AtomicU64::new(0),
+            misrouted: AtomicU64::new(0),
             lost_race_ms: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
         }
@@ -99,12 +110,18 @@ impl PathCounters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         CrossSlotPaths {
             hinted: get(&self.hinted),
+            cold: get(&self.cold),
             checked: get(&self.checked),
             fell_back: get(&self.fell_back),
             ordered: get(&self.ordered),
             denied: get(&self.denied),
             second_looks: get(&self.second_looks),
+            misrouted: get(&self.misrouted),
         }
+    }
+
+    pub(super) fn misrouted(&self) {
+        count(&self.misrouted);
     }
 
     fn lost_race(&self) {
@@ -125,14 +142,14 @@ fn count(counter: &AtomicU64) {
 }
 
 /// One multi-group request on its way through the paths below: its keys and
-/// operations, their hint ids ([`super::headroom`]), its slot groups in ascending slot
+/// operations, their hint ids ([`super::headroom`]), its groups in the global
 /// order, and the deadline every call of it shares.
 #[derive(Clone, Copy)]
 pub(super) struct Request<'a> {
     pub keys: &'a [String],
     pub ops: &'a [CounterOp],
     pub ids: &'a [Ids],
-    pub groups: &'a [Vec<usize>],
+    pub groups: &'a [Group],
     pub deadline: Instant,
 }
 
@@ -145,7 +162,7 @@ fn vetoed(ops: &[CounterOp], replies: &[Option<Reply>]) -> bool {
 }
 
 impl Cluster {
-    /// Decides a request of several slot groups, consuming: see the module docs.
+    /// Decides a request of several groups, consuming: see the module docs.
     ///
     /// The race, bounded. A racer trusts a reading (a dry run, or a hint at most
     /// [`super::headroom::TTL`] old) that left the margin: it loses only if more than a
@@ -169,7 +186,7 @@ impl Cluster {
         &self,
         keys: &[String],
         ops: &[CounterOp],
-        groups: &[Vec<usize>],
+        groups: &[Group],
         deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
         let decisions = self.acquire_once(keys, ops, groups, deadline).await?;
@@ -201,7 +218,7 @@ impl Cluster {
         &self,
         keys: &[String],
         ops: &[CounterOp],
-        groups: &[Vec<usize>],
+        groups: &[Group],
         deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
         let paths = &self.paths;
@@ -213,12 +230,17 @@ impl Cluster {
             groups,
             deadline,
         };
-        if self.headroom.hinted(&ids, ops) {
-            // The hints are a guess: a group that denies is refunded and the request
-            // walks, so a stale hint costs time, never an admission. A request of
-            // shadow operations only has nothing to deny it and needed no hint.
+        let reading = self.headroom.reading(&ids, ops);
+        if reading != Reading::Ask {
+            // The hints are a guess, a cold counter's room more so: a group that
+            // denies is refunded and the request walks, so a wrong guess costs time,
+            // never an admission. A request of shadow operations only has nothing to
+            // deny it and needed no hint.
             if ops.iter().any(|op| op.vetoes) {
-                count(&paths.hinted);
+                count(match reading {
+                    Reading::Cold => &paths.cold,
+                    _ => &paths.hinted,
+                });
             }
             return self.race(req).await;
         }
@@ -279,7 +301,7 @@ impl Cluster {
         self.walk_in_order(req, replies).await
     }
 
-    /// Acquires the slot groups in ascending slot order, each check-and-consume in one
+    /// Acquires the groups in the global order, each check-and-consume in one
     /// atomic call, stopping at the first that denies.
     ///
     /// Why in order, and not all at once: with consume-then-refund in parallel, N

@@ -67,6 +67,22 @@ pub fn margin(op: &CounterOp) -> Option<u64> {
     )
 }
 
+/// What this process knows of a request's counters, for skipping the check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    /// Fresh hints say every vetoing operation leaves its margin.
+    Hinted,
+    /// Some vetoing operation has no fresh reading (a cold counter: distinct keys are
+    /// mostly cold), and would leave its margin even if it were empty; the others
+    /// have hints leaving theirs. Racing without a check costs one round trip; a
+    /// counter that turns out near its limit denies, and the request refunds and
+    /// walks, as after a stale hint. The check would have cost a round trip and a
+    /// dry-run segment per group for every such request, and read the same room.
+    Cold,
+    /// Ask Redis first (the check): some counter is, or may be, within its margin.
+    Ask,
+}
+
 /// Where one operation's readings are kept: a hash of its key and its limit's
 /// parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,7 +114,7 @@ impl Default for Headroom {
 
 /// Whether every vetoing operation i of `ops` leaves its margin, `room(i)` being what
 /// it leaves after its cost, if known.
-fn leave_margins(ops: &[CounterOp], room: impl Fn(usize) -> Option<u64>) -> bool {
+fn leave_margins(ops: &[CounterOp], mut room: impl FnMut(usize) -> Option<u64>) -> bool {
     ops.iter().enumerate().all(|(i, op)| {
         !op.vetoes
             || margin(op)
@@ -131,16 +147,34 @@ impl Headroom {
 
     /// Fresh hints say every vetoing operation leaves its margin after its cost: the
     /// check can be skipped.
+    #[cfg(test)]
     pub fn hinted(&self, ids: &[Ids], ops: &[CounterOp]) -> bool {
+        self.reading(ids, ops) == Reading::Hinted
+    }
+
+    /// Whether the request may skip its check ([`Reading`]).
+    pub fn reading(&self, ids: &[Ids], ops: &[CounterOp]) -> Reading {
         let now = Instant::now();
-        leave_margins(ops, |i| {
+        let mut cold = false;
+        let race = leave_margins(ops, |i| {
             let hint = *self.cells[cell_of(ids[i].hint)]
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            let hint =
-                hint.filter(|h| h.id == ids[i].hint && now.saturating_duration_since(h.at) < TTL)?;
-            Some(hint.remaining.saturating_sub(ops[i].cost))
-        })
+            match hint.filter(|h| h.id == ids[i].hint && now.saturating_duration_since(h.at) < TTL)
+            {
+                Some(hint) => Some(hint.remaining.saturating_sub(ops[i].cost)),
+                None => {
+                    cold = true;
+                    let capacity = ops[i].params.limit.max(ops[i].params.burst);
+                    Some(capacity.saturating_sub(ops[i].cost))
+                }
+            }
+        });
+        match (race, cold) {
+            (false, _) => Reading::Ask,
+            (true, false) => Reading::Hinted,
+            (true, true) => Reading::Cold,
+        }
     }
 
     /// The check (`replies`, dry runs: remaining after each cost) says every vetoing

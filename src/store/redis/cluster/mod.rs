@@ -1,11 +1,14 @@
-//! The Redis Cluster path. A request's counter operations are grouped by hash slot;
-//! each group is decided atomically by one segment of a batch-script call, which
-//! concurrent groups in the same slot share ([`super::slot_batch`]). A request with
-//! several groups acquires them all at once when every counter is far from its limit,
-//! otherwise one after another in ascending slot order ([`acquire`], the margin in
-//! [`headroom`]); a group that denies gets the groups already consumed refunded
-//! ([`super::refund`]), so a denied request consumes nothing. A single group is one
-//! call; dry runs consume nothing and ask every group at once.
+//! The Redis Cluster path. A request's counter operations are grouped by the master
+//! serving their slots ([`route`]); each group is decided atomically by one segment of
+//! a batch-script call, which concurrent groups on the same master share
+//! ([`super::slot_batch`]). A request with several groups acquires them all at once
+//! when every counter is far from its limit (or cold), otherwise one after another in
+//! the one global order ([`acquire`], the margin in [`headroom`]); a group that denies
+//! gets the groups already consumed refunded ([`super::refund`]), so a denied request
+//! consumes nothing. A single group is one call; dry runs consume nothing and ask
+//! every group at once. A call that met a key its master does not serve (a slot
+//! moved) decided nothing: the request is decided again by hash slot
+//! ([`super::misroute`]).
 //!
 //! Every group call is bounded by the request's deadline and made under the breaker
 //! of the master serving its slot ([`super::nodes`]): a stalled master fails only
@@ -14,6 +17,7 @@
 mod acquire;
 mod headroom;
 mod parallel;
+mod route;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,10 +27,10 @@ use prometheus_client::metrics::counter::Counter;
 use redis::cluster_async::ClusterConnection;
 use tokio::time::Instant;
 
-use super::keys;
+use super::misroute;
 use super::nodes::Nodes;
 use super::scripts::{Reply, WireOp};
-use super::slot_batch::SlotBatchers;
+use super::slot_batch::{MasterBatchers, SlotBatchers};
 use crate::algorithm::Decision;
 use crate::metrics::Metrics;
 use crate::store::breaker::BreakerOptions;
@@ -35,6 +39,8 @@ use crate::store::{CounterOp, StoreError};
 pub use self::acquire::CrossSlotPaths;
 use self::acquire::PathCounters;
 use self::headroom::Headroom;
+pub use self::route::slot_of;
+use self::route::{Group, Route};
 
 /// A group's timeout counts against its master only when the group had at least
 /// the store's timeout divided by this left of the request's budget.
@@ -55,20 +61,27 @@ pub struct Cluster {
     abandoned: Counter,
     /// Each master's breaker, by slot.
     nodes: Arc<Nodes>,
-    /// One queue per slot: concurrent groups in a slot share a call.
+    /// One queue per master: concurrent groups on a master share a call.
+    masters: Arc<MasterBatchers>,
+    /// One queue per slot, for the groups decided by slot (see [`route`]).
     batchers: Arc<SlotBatchers>,
     /// What the last replies said each counter still admits (bounded), and what the
     /// parallel acquisitions in flight hold.
     headroom: Arc<Headroom>,
     /// Which way multi-group requests went.
     paths: PathCounters,
+    /// Whether groups are formed per master (the any-slot script loaded), or per
+    /// slot only.
+    by_master: bool,
 }
 
 impl Cluster {
     /// The cluster path over `connection`, with a breaker of `breaker` options per
-    /// master (their states, failures and abandoned refunds go to `metrics`).
+    /// master (their states, failures and abandoned refunds go to `metrics`); groups
+    /// per master when `by_master`, else per slot.
     pub async fn start(
         connection: ClusterConnection,
+        by_master: bool,
         timeout: Duration,
         breaker: BreakerOptions,
         metrics: Option<Arc<Metrics>>,
@@ -79,6 +92,7 @@ impl Cluster {
             .unwrap_or_default();
         let nodes = Nodes::start(connection.clone(), breaker, metrics).await;
         Self {
+            masters: Arc::new(MasterBatchers::new(connection.clone(), timeout)),
             batchers: Arc::new(SlotBatchers::new(connection.clone(), timeout)),
             connection,
             timeout,
@@ -86,6 +100,7 @@ impl Cluster {
             nodes,
             headroom: Arc::new(Headroom::default()),
             paths: PathCounters::default(),
+            by_master,
         }
     }
 
@@ -109,19 +124,46 @@ impl Cluster {
         dry_run: bool,
         deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
-        let groups = group_by_slot(keys.iter().map(String::as_str));
-        if let [only] = groups.as_slice() {
+        let groups = route::group(keys, Some(&*self.nodes).filter(|_| self.by_master));
+        match self
+            .decide_groups(keys, ops, &groups, dry_run, deadline)
+            .await
+        {
+            // Nothing written by the misrouted call, and what other groups consumed
+            // was refunded: decided again, by slot, where redis-rs follows MOVED and
+            // ASK. The map is asked for again, so the next requests go right.
+            Err(e) if misroute::is(&e) => {
+                self.paths.misrouted();
+                self.nodes.refresh_soon();
+                let groups = route::group(keys, None);
+                self.decide_groups(keys, ops, &groups, dry_run, deadline)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    /// Decides `ops` in `groups`, all or nothing across them.
+    async fn decide_groups(
+        &self,
+        keys: &[String],
+        ops: &[CounterOp],
+        groups: &[Group],
+        dry_run: bool,
+        deadline: Instant,
+    ) -> Result<Vec<Decision>, StoreError> {
+        if let [only] = groups {
             // One slot: one atomic call, nothing to order or refund.
             let replies = self.group_call(keys, ops, only, dry_run, deadline).await?;
             return Ok(replies.into_iter().map(|r| r.decision).collect());
         }
         if dry_run {
             let mut replies = vec![None; ops.len()];
-            self.dry_run_groups(keys, ops, &groups, deadline, &mut replies)
+            self.dry_run_groups(keys, ops, groups, deadline, &mut replies)
                 .await?;
             return Ok(decisions(replies));
         }
-        self.acquire(keys, ops, &groups, deadline).await
+        self.acquire(keys, ops, groups, deadline).await
     }
 
     /// Dry runs of `groups`, concurrently, their replies put into `replies`.
@@ -129,16 +171,19 @@ impl Cluster {
         &self,
         keys: &[String],
         ops: &[CounterOp],
-        groups: &[Vec<usize>],
+        groups: &[Group],
         deadline: Instant,
         replies: &mut [Option<Reply>],
     ) -> Result<(), StoreError> {
         let results = join_all(
             groups
                 .iter()
-                .map(|indices| self.group_call(keys, ops, indices, true, deadline)),
+                .map(|group| self.group_call(keys, ops, group, true, deadline)),
         )
         .await;
+        if let Some(e) = misroute::reported(results.iter().filter_map(|r| r.as_ref().err())) {
+            return Err(e.clone());
+        }
         for (indices, result) in groups.iter().zip(results) {
             for (&i, reply) in indices.iter().zip(result?) {
                 replies[i] = Some(reply);
@@ -147,30 +192,32 @@ impl Cluster {
         Ok(())
     }
 
-    /// The call deciding the operations `indices` of `ops` (all in one slot) in the
-    /// slot's shared call, by `deadline`, under the breaker of the group's master; a
+    /// The call deciding the operations of `group` (of `ops`) in its master's (or
+    /// slot's) shared call, by `deadline`, under the breaker of the group's master; a
     /// future that owns all it needs, so that it can run on after its request is gone
-    /// (the parallel acquisition's task).
+    /// (the parallel acquisition's task). A misrouted call's error is not charged to
+    /// the master: the master is fine, the map was stale.
     fn group_call(
         &self,
         keys: &[String],
         ops: &[CounterOp],
-        indices: &[usize],
+        group: &Group,
         dry_run: bool,
         deadline: Instant,
     ) -> impl Future<Output = Result<Vec<Reply>, StoreError>> + Send + 'static {
-        let slot = indices.first().map(|&i| slot_of(&keys[i]));
-        let group_keys: Vec<String> = indices.iter().map(|&i| keys[i].clone()).collect();
-        let group_ops: Vec<WireOp> = indices.iter().map(|&i| WireOp::new(&ops[i])).collect();
-        let (batchers, nodes, timeout) = (
+        let (route, slot) = (group.route.clone(), group.slot);
+        let group_keys: Vec<String> = group.iter().map(|&i| keys[i].clone()).collect();
+        let group_ops: Vec<WireOp> = group.iter().map(|&i| WireOp::new(&ops[i])).collect();
+        let (masters, batchers, nodes, timeout) = (
+            Arc::clone(&self.masters),
             Arc::clone(&self.batchers),
             Arc::clone(&self.nodes),
             self.timeout,
         );
         async move {
-            let Some(slot) = slot else {
+            if group_keys.is_empty() {
                 return Ok(Vec::new());
-            };
+            }
             // A group queued with its request's whole budget left (its only group,
             // the check, the groups taken at once) needs no timer of its own: its slot
             // queue answers it within the store's timeout of now (each call is given
@@ -184,7 +231,22 @@ impl Cluster {
             // 3-group request's instructions.)
             let bounded =
                 deadline.saturating_duration_since(Instant::now()) + QUEUE_SLACK >= timeout;
-            let call = batchers.decide(slot, group_keys, group_ops, dry_run);
+            let call = async move {
+                let decided = match route {
+                    Route::Master(master) => {
+                        masters
+                            .decide(&master, group_keys, group_ops, dry_run)
+                            .await
+                    }
+                    Route::Slot(slot) => {
+                        batchers.decide(slot, group_keys, group_ops, dry_run).await
+                    }
+                };
+                match decided {
+                    Err(e) if misroute::is(&e) => Ok(Err(e)),
+                    other => other.map(Ok),
+                }
+            };
             // All groups of a request share `deadline`: a group left with less than a
             // fair share because an earlier one waited on a slow master is failed
             // without charging its own master's breaker (issue: one slow master opened
@@ -194,6 +256,7 @@ impl Cluster {
             nodes
                 .call(slot, (deadline, bounded), fair, timeout, call)
                 .await
+                .and_then(|decided| decided)
         }
     }
 }
@@ -203,75 +266,4 @@ fn decisions(replies: Vec<Option<Reply>>) -> Vec<Decision> {
         .into_iter()
         .map(|r| r.expect("every group replied").decision)
         .collect()
-}
-
-/// Indices of `keys` grouped by hash slot, groups in ascending slot order (the one
-/// global order every request acquires them in) and request order within each group
-/// (so duplicate counters are decided in request order).
-fn group_by_slot<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<Vec<usize>> {
-    let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
-    for (i, key) in keys.into_iter().enumerate() {
-        let slot = slot_of(key);
-        match groups.iter_mut().find(|(s, _)| *s == slot) {
-            Some((_, group)) => group.push(i),
-            None => groups.push((slot, vec![i])),
-        }
-    }
-    // Slots are distinct, so the order is total: no two groups tie.
-    groups.sort_unstable_by_key(|(slot, _)| *slot);
-    groups.into_iter().map(|(_, g)| g).collect()
-}
-
-/// The hash slot of `key`, as Redis computes it (CRC16/XMODEM of the hash tag, or of
-/// the whole key when it has no non-empty tag, modulo 16384). Computed here because
-/// the order needs the slot's number, which redis-rs's `Slot` does not expose; the
-/// CRC is the crate redis-rs itself uses.
-fn slot_of(key: &str) -> u16 {
-    let hashed = keys::tag(key).filter(|tag| !tag.is_empty()).unwrap_or(key);
-    crc16::State::<crc16::XMODEM>::calculate(hashed.as_bytes()) % 16384
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn groups_by_hash_tag_in_slot_then_request_order() {
-        let keys = ["a{x}", "b{y}", "c{x}", "a{x}", "d{z}"];
-        let slot = |tag: &str| slot_of(tag);
-        let mut expected = vec![
-            (slot("x"), vec![0, 2, 3]),
-            (slot("y"), vec![1]),
-            (slot("z"), vec![4]),
-        ];
-        expected.sort();
-        let expected: Vec<Vec<usize>> = expected.into_iter().map(|(_, g)| g).collect();
-        assert_eq!(group_by_slot(keys), expected);
-        assert!(slot("x") != slot("y") && slot("y") != slot("z"));
-    }
-
-    #[test]
-    fn slot_numbers_agree_with_redis() {
-        use redis::cluster_routing::Slot;
-        // CRC16/XMODEM's check value, then the tag rules against redis-rs's own slots:
-        // the first '{', the first '}' after it, an empty tag hashes the whole key.
-        // (0x31C3, already below 16384).
-        assert_eq!(slot_of("123456789"), 0x31C3);
-        for key in [
-            "foo",
-            "{user1000}.following",
-            "a{}b",
-            "{}",
-            "x{a}{b}",
-            "{{a}}",
-            "t{\u{e9}}z",
-            "",
-        ] {
-            assert_eq!(
-                Slot::new(slot_of(key)),
-                Some(Slot::for_key(key.as_bytes())),
-                "{key}"
-            );
-        }
-    }
 }

@@ -19,11 +19,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use super::super::misroute;
 use super::super::refund::RefundGuard;
 use super::super::scripts::{Refund, Reply, WireOp};
 use super::Cluster;
 use super::acquire::Request;
-use super::headroom::Ids;
+use super::headroom::{Headroom, Ids};
 use crate::store::StoreError;
 
 /// One operation as the work needs it to refund and to remember it.
@@ -51,29 +52,15 @@ impl Cluster {
         let Request {
             keys,
             ops,
-            ids,
             groups,
             deadline,
+            ..
         } = req;
         let calls: Vec<_> = groups
             .iter()
             .map(|indices| self.group_call(keys, ops, indices, false, deadline))
             .collect();
-        let plans: Vec<Vec<Planned>> = groups
-            .iter()
-            .map(|indices| {
-                indices
-                    .iter()
-                    .map(|&i| Planned {
-                        key: keys[i].clone(),
-                        op: WireOp::new(&ops[i]),
-                        ids: ids[i],
-                        vetoes: ops[i].vetoes,
-                        costed: ops[i].cost > 0,
-                    })
-                    .collect()
-            })
-            .collect();
+        let plans = plan(req);
         let mut owed = RefundGuard::new(
             self.connection.clone(),
             self.timeout,
@@ -83,27 +70,8 @@ impl Cluster {
         let work = Detachable(Some(Box::pin(async move {
             let results = futures_util::future::join_all(calls).await;
             for (plan, result) in plans.into_iter().zip(&results) {
-                let Ok(replies) = result else { continue };
-                for (planned, reply) in plan.iter().zip(replies) {
-                    headroom.remember(planned.ids, *reply);
-                }
-                // A segment that denies consumes nothing of its own.
-                let denied = plan
-                    .iter()
-                    .zip(replies)
-                    .any(|(p, r)| p.vetoes && !r.decision.allowed);
-                if !denied {
-                    owed.owe(
-                        plan.into_iter()
-                            .zip(replies)
-                            .filter(|(p, r)| p.costed && r.decision.allowed)
-                            .map(|(p, r)| Refund {
-                                key: p.key,
-                                op: p.op,
-                                token: r.token,
-                            })
-                            .collect(),
-                    );
+                if let Ok(replies) = result {
+                    settle_group(&headroom, &mut owed, plan, replies);
                 }
             }
             // Detached (the caller is gone), the answer is dropped with the task's
@@ -113,18 +81,12 @@ impl Cluster {
         let (results, owed): Answer = work.await;
 
         let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
-        let mut failure = None;
+        // May or may not have consumed (a timeout says nothing): as in the walk.
+        let failure = misroute::reported(results.iter().filter_map(|r| r.as_ref().err())).cloned();
         for (indices, result) in groups.iter().zip(results) {
-            match result {
-                Ok(group) => {
-                    for (&i, reply) in indices.iter().zip(group) {
-                        replies[i] = Some(reply);
-                    }
-                }
-                // May or may not have consumed (a timeout says nothing): as in the walk.
-                Err(e) => {
-                    failure.get_or_insert(e);
-                }
+            let Ok(group) = result else { continue };
+            for (&i, reply) in indices.iter().zip(group) {
+                replies[i] = Some(reply);
             }
         }
         let denied = replies
@@ -140,6 +102,62 @@ impl Cluster {
             Some(error) => Err(error),
             None => Ok(None),
         }
+    }
+}
+
+/// Each group's operations as the work needs them.
+fn plan(req: Request<'_>) -> Vec<Vec<Planned>> {
+    let Request {
+        keys,
+        ops,
+        ids,
+        groups,
+        ..
+    } = req;
+    groups
+        .iter()
+        .map(|indices| {
+            indices
+                .iter()
+                .map(|&i| Planned {
+                    key: keys[i].clone(),
+                    op: WireOp::new(&ops[i]),
+                    ids: ids[i],
+                    vetoes: ops[i].vetoes,
+                    costed: ops[i].cost > 0,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// What one group's `replies` leave: hints for its counters, and its refunds owed
+/// if it consumed (a segment that denies consumes nothing of its own).
+fn settle_group(
+    headroom: &Headroom,
+    owed: &mut RefundGuard,
+    plan: Vec<Planned>,
+    replies: &[Reply],
+) {
+    for (planned, reply) in plan.iter().zip(replies) {
+        headroom.remember(planned.ids, *reply);
+    }
+    let denied = plan
+        .iter()
+        .zip(replies)
+        .any(|(p, r)| p.vetoes && !r.decision.allowed);
+    if !denied {
+        owed.owe(
+            plan.into_iter()
+                .zip(replies)
+                .filter(|(p, r)| p.costed && r.decision.allowed)
+                .map(|(p, r)| Refund {
+                    key: p.key,
+                    op: p.op,
+                    token: r.token,
+                })
+                .collect(),
+        );
     }
 }
 

@@ -1,0 +1,278 @@
+//! Slots moving between masters while tollgate decides, at the store, on clusters of
+//! their own: what the per-master batch calls (one any-slot script call per master,
+//! `src/store/redis/misroute.rs`) do when a key is not where the slot map said.
+//!
+//! - One slot, step by step: a counter whose slot is being migrated is decided where
+//!   its key still is; once the key has left, the master's call fails ("non local
+//!   key") and the request is decided again by slot, through ASK, on the node that
+//!   now holds the count: never read as empty.
+//! - A live reshard under load: requests of 1 to 3 counters on many masters' slots,
+//!   while 2 x 1000 slots move there and back; every counter's admissions are
+//!   counted and none may pass its limit, Redis must hold what was admitted, and the
+//!   only errors are the store's own (which the domain's failure_mode answers).
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::cluster_faults::reshard;
+use common::redis::custom::private_cluster;
+use common::redis::{RedisCluster, cluster_nodes, redis_cli};
+use tollgate::store::redis::connect::RedisTarget;
+use tollgate::store::redis::{RedisStore, keys, slot_of};
+use tollgate::store::{CounterOp, Store};
+
+fn port(addr: &str) -> u16 {
+    addr.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("host:port")
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking task")
+}
+
+/// A fixed-window counter `value` of limit `limit` per hour (no window ends during a
+/// test).
+fn op(value: &str, limit: u64) -> CounterOp {
+    common::stores::hourly("reshard", value, limit)
+}
+
+async fn store_on(cluster: &RedisCluster, test: &str) -> (RedisStore, String) {
+    let options = common::stores::options(RedisTarget::Cluster(cluster.seed_urls()), test);
+    let prefix = options.key_prefix.clone();
+    (common::stores::connect(&options).await, prefix)
+}
+
+/// The node id of each master, by address.
+fn ids(cluster: &RedisCluster) -> BTreeMap<String, String> {
+    cluster_nodes(port(&cluster.masters()[0]))
+        .into_iter()
+        .filter(|n| n.is_master())
+        .map(|n| (n.addr, n.id))
+        .collect()
+}
+
+/// The count a fixed-window counter holds on the node at `port` (0 when absent).
+fn count_at(port: u16, key: &str) -> u64 {
+    redis_cli(port, &["HGET", key, "c"])
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// [`count_at`] on a node importing the key's slot (ASKING first, as a client sent
+/// there by ASK does).
+fn count_asking(port: u16, key: &str) -> u64 {
+    let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .and_then(|c| c.get_connection())
+        .expect("connect");
+    let (count,): (Option<u64>,) = redis::pipe()
+        .cmd("ASKING")
+        .ignore()
+        .cmd("HGET")
+        .arg(key)
+        .arg("c")
+        .query(&mut connection)
+        .expect("ASKING HGET");
+    count.unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_in_a_migrating_slot_is_decided_where_its_key_is() {
+    let cluster = blocking(|| private_cluster().expect("private cluster")).await;
+    let (store, prefix) = store_on(&cluster, "reshard_ask").await;
+    let counter = op("migrating", 5);
+    let key = keys::encode(&prefix, &counter.key);
+    let slot = slot_of(&key).to_string();
+    let from = cluster.master_for_key(&key);
+    let to = cluster
+        .masters()
+        .into_iter()
+        .find(|m| *m != from)
+        .expect("another master");
+    let ids = ids(&cluster);
+    let (a, b) = (port(&from), port(&to));
+    let ops = [counter];
+    for _ in 0..3 {
+        assert!(store.decide(&ops).await.expect("decided")[0].allowed);
+    }
+    assert_eq!(count_at(a, &key), 3);
+
+    // The slot starts moving; the key is still on its old master, which serves it.
+    redis_cli(b, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &ids[&from]]);
+    redis_cli(a, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &ids[&to]]);
+    assert!(store.decide(&ops).await.expect("decided")[0].allowed);
+    assert_eq!(count_at(a, &key), 4);
+    assert_eq!(store.cross_slot_paths().misrouted, 0);
+
+    // The key moves; the slot is still the old master's. Its call meets a key that
+    // left ("non local key"), and the request goes by slot: ASK to the new node,
+    // which holds the count of 4, so the fifth is admitted and the sixth denied.
+    let moved = redis_cli(
+        a,
+        &["MIGRATE", "127.0.0.1", &b.to_string(), &key, "0", "5000"],
+    );
+    assert_eq!(moved.trim(), "OK", "MIGRATE");
+    let fifth = store.decide(&ops).await.expect("decided")[0];
+    assert!(fifth.allowed && fifth.remaining == 0, "{fifth:?}");
+    assert!(store.cross_slot_paths().misrouted >= 1);
+    assert_eq!(count_asking(b, &key), 5);
+    let sixth = store.decide(&ops).await.expect("decided")[0];
+    assert!(!sixth.allowed, "read as empty on the old master: {sixth:?}");
+
+    // The move completes; until the store's map learns it, its calls to the old
+    // master fail the same way and go by slot (MOVED): still denied, still 5.
+    for port in [a, b] {
+        redis_cli(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &ids[&to]]);
+    }
+    for _ in 0..3 {
+        assert!(!store.decide(&ops).await.expect("decided")[0].allowed);
+    }
+    assert_eq!(count_at(b, &key), 5);
+}
+
+/// Requests of 1 to 3 counters drawn from `COUNTERS`, each of limit `LIMIT`: far
+/// enough above the race margin (64) that requests on fresh counters race all at
+/// once, few enough that the counters fill during the move and walk near the limit.
+const COUNTERS: usize = 200;
+const LIMIT: u64 = 100;
+const WORKERS: usize = 16;
+
+/// What the workers saw: admissions per counter, requests, errors by message.
+#[derive(Default)]
+struct Seen {
+    admitted: Vec<u64>,
+    errors: BTreeMap<String, u64>,
+}
+
+/// The counters of request `i`: 1 to 3, spread (the strides are prime to `COUNTERS`
+/// only in part, so counters meet in many combinations).
+fn request(i: u64) -> Vec<usize> {
+    let n = COUNTERS as u64;
+    let mut picked: Vec<usize> = [i * 7, i * 13 + 1, i * 31 + 2][..(i % 3 + 1) as usize]
+        .iter()
+        .map(|x| (x % n) as usize)
+        .collect();
+    picked.sort_unstable();
+    picked.dedup();
+    picked
+}
+
+async fn worker(
+    store: Arc<RedisStore>,
+    ops: Arc<Vec<CounterOp>>,
+    seen: Arc<Mutex<Seen>>,
+    next: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let picked = request(i);
+        let mine: Vec<CounterOp> = picked.iter().map(|&c| ops[c].clone()).collect();
+        let result = store.decide(&mine).await;
+        let mut seen = seen.lock().expect("seen");
+        match result {
+            Ok(decisions) if decisions.iter().all(|d| d.allowed) => {
+                for &c in &picked {
+                    seen.admitted[c] += 1;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => *seen.errors.entry(e.to_string()).or_default() += 1,
+        }
+    }
+}
+
+/// Moves 1000 slots from the first master to the second and back, with redis-cli.
+fn reshard_there_and_back(cluster: &RedisCluster) -> usize {
+    let masters = cluster.masters();
+    let ids = ids(cluster);
+    let (from, to) = (ids[&masters[0]].clone(), ids[&masters[1]].clone());
+    let seed = masters[2].clone();
+    reshard(&seed, &from, &to, 1000) + reshard(&seed, &to, &from, 1000)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_moving_between_masters_mid_run_are_never_over_admitted() {
+    let cluster = Arc::new(blocking(|| private_cluster().expect("private cluster")).await);
+    let (store, prefix) = store_on(&cluster, "reshard_live").await;
+    let store = Arc::new(store);
+    let ops: Arc<Vec<CounterOp>> =
+        Arc::new((0..COUNTERS).map(|c| op(&format!("c{c}"), LIMIT)).collect());
+    let seen = Arc::new(Mutex::new(Seen {
+        admitted: vec![0; COUNTERS],
+        ..Seen::default()
+    }));
+    let (next, stop) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            tokio::spawn(worker(
+                store.clone(),
+                ops.clone(),
+                seen.clone(),
+                next.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let began = Instant::now();
+    let moving = cluster.clone();
+    let moved = blocking(move || reshard_there_and_back(&moving)).await;
+    let resharding = began.elapsed();
+    // Traffic goes on past the move, so counters filled during it are asked again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.expect("worker");
+    }
+    assert_eq!(moved, 2000, "slots moved");
+
+    let seen = seen.lock().expect("seen");
+    let requests = next.load(Ordering::Relaxed);
+    let paths = store.cross_slot_paths();
+    let full = seen.admitted.iter().filter(|&&a| a == LIMIT).count();
+    eprintln!(
+        "FIGURES live reshard: 2 x 1000 slots in {:.1} s under {requests} requests; \
+         {full} of {COUNTERS} counters reached their limit; errors {:?}; paths {paths:?}",
+        resharding.as_secs_f64(),
+        seen.errors,
+    );
+    let over: Vec<(usize, u64)> = (0..COUNTERS)
+        .map(|c| (c, seen.admitted[c]))
+        .filter(|&(_, a)| a > LIMIT)
+        .collect();
+    assert!(over.is_empty(), "over-admitted counters: {over:?}");
+    assert!(full > COUNTERS / 2, "too few counters reached their limit");
+    assert!(paths.misrouted > 0, "no call met a moved key: {paths:?}");
+    let errors: u64 = seen.errors.values().sum();
+    assert!(
+        errors * 100 <= requests,
+        "more than 1% of requests failed: {:?}",
+        seen.errors
+    );
+    // Redis holds what was admitted: no refund lost, nothing consumed twice (an
+    // errored request may have consumed: at most that much more).
+    let held: u64 = (0..COUNTERS)
+        .map(|c| {
+            let key = keys::encode(&prefix, &ops[c].key);
+            common::redis::redis_cli_cluster(&cluster, &["HGET", &key, "c"])
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0)
+        })
+        .sum();
+    let admitted: u64 = seen.admitted.iter().sum();
+    assert!(
+        held >= admitted && held <= admitted + 3 * errors,
+        "Redis holds {held}, admitted {admitted}, errors {errors}"
+    );
+}
