@@ -3,7 +3,7 @@
 --
 -- KEYS[i]   the counter of operation i, all segments' operations in order. On a
 --           cluster, either every key shares one hash slot and the call routes by
---           KEYS[1], or (the any-slot variant, BATCH_ANY_SLOT in scripts.rs) no key
+--           KEYS[1], or (the any-slot variant, BATCH_ANY_SLOT in store/redis/scripts/) no key
 --           is declared, the call goes to one master by address, and a prelude takes
 --           KEYS from ARGV: Redis then checks each key as it is touched, and a key
 --           the node does not serve fails the call. Every key is read before any is
@@ -16,7 +16,7 @@
 --           of a dry run (decide, write nothing: the request is already denied
 --           elsewhere, only true statuses are wanted), "." (46) for a further operation
 --           of the same request. The id is looked up with `algorithm(id)`, not in this
---           file: scripts.rs generates it from the Rust list (src/algorithm/mod.rs) and
+--           file: store/redis/scripts/ generates it from the Rust list (src/algorithm/mod.rs) and
 --           puts it before this entry point.
 -- ARGV[2+n] (n = #KEYS) absent, or n bytes: byte i is how many requests operation i
 --           stands for (1 to 255), consecutive one-operation requests (not dry runs)
@@ -72,7 +72,7 @@ end
 
 -- Parsed operations by their bytes: Lua interns strings, so a repeat is one lookup.
 -- decide is the module's, kept here to save a lookup per operation. An operation is
--- 43 bytes (struct format OP, see WireOp in scripts.rs): one C call reads every
+-- 43 bytes (struct format OP, see WireOp in store/redis/scripts/): one C call reads every
 -- number, where matching a text pattern made a string per field and converted each.
 local OP, OP_LEN, PLUS, MINUS, DOT = '<BBddddBd', 43, 43, 45, 46
 local specs = {}

@@ -5,7 +5,7 @@
 -- ARGV      2 values per operation i: its 43 bytes as batch.lua reads them (struct
 --           '<BBddddBd': f, id, limit, window ms, burst, max delay ms, vetoes, cost;
 --           any f), then the refund token batch.lua returned for it. One layout
---           for both scripts means one encoder in scripts.rs; `algorithm(id)` is
+--           for both scripts means one encoder in store/redis/scripts/; `algorithm(id)` is
 --           generated there, as for batch.lua.
 -- Returns   the number of operations processed
 --

@@ -8,7 +8,7 @@
 //! [`Algorithm`] enum, the [`State`] enum and the dispatch of [`decide`] and
 //! [`expires_at_ms`]. An algorithm's id on the wire is its position in that list
 //! (counting from 1, as Lua arrays do), and the Lua dispatch is generated from the
-//! same list when the scripts are assembled (`store/redis/scripts.rs`), so the
+//! same list when the scripts are assembled (`store/redis/scripts/`), so the
 //! ids have one source of truth.
 //!
 //! # Adding an algorithm

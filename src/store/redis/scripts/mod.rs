@@ -45,7 +45,7 @@ do
 end
 ";
 
-const COMMON: &str = include_str!("../../../lua/common.lua");
+const COMMON: &str = include_str!("../../../../lua/common.lua");
 
 /// `lua/common.lua`, the generated dispatch, then `entry`.
 ///
@@ -81,7 +81,7 @@ fn assemble(entry: &str) -> String {
 }
 
 pub static BATCH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&assemble(include_str!("../../../lua/batch.lua"))));
+    LazyLock::new(|| Script::new(&assemble(include_str!("../../../../lua/batch.lua"))));
 /// The batch script for every slot one cluster master owns: declares no key (so the
 /// call goes to the master it is sent to, by address, never redirected) and may touch
 /// keys of any slot that node owns (Redis 7's `allow-cross-slot-keys`); a key the
@@ -90,11 +90,11 @@ pub static BATCH: LazyLock<Script> =
 /// come first in ARGV, after their count; the prelude gives `lua/batch.lua` the
 /// `KEYS` and `ARGV` it reads.
 pub static BATCH_ANY_SLOT: LazyLock<Script> = LazyLock::new(|| {
-    let body = assemble(include_str!("../../../lua/batch.lua"));
+    let body = assemble(include_str!("../../../../lua/batch.lua"));
     Script::new(&format!("{ANY_SLOT_PRELUDE}{body}"))
 });
 pub static REFUND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&assemble(include_str!("../../../lua/refund.lua"))));
+    LazyLock::new(|| Script::new(&assemble(include_str!("../../../../lua/refund.lua"))));
 
 /// Sends `cmd` (an EVALSHA of `script`); on NOSCRIPT loads the script with SCRIPT LOAD
 /// and sends it once more. The body never travels with EVAL.
@@ -121,8 +121,8 @@ mod tests {
     #[test]
     fn scripts_carry_the_generated_dispatch() {
         for entry in [
-            include_str!("../../../lua/batch.lua"),
-            include_str!("../../../lua/refund.lua"),
+            include_str!("../../../../lua/batch.lua"),
+            include_str!("../../../../lua/refund.lua"),
         ] {
             let body = assemble(entry);
             let mut at = 0;
