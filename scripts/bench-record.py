@@ -118,8 +118,8 @@ def check_report(report, f):
     totals = report["totals"]
     problems = []
     if totals["errors"] or totals["in_flight"]:
-        problems.append(f"{totals['errors']} failed, {totals['in_flight']} unanswered: "
-                        f"{report['errors']}")
+        problems.append(f"{totals['errors']} failed, {totals['in_flight']} unanswered "
+                        f"(in the measured window: {report['errors']})")
     if totals["answered"] == 0:
         problems.append("nothing answered")
     if f["tollgate"]:
