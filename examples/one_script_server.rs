@@ -1,21 +1,34 @@
-//! The straightforward Redis-backed server for `scripts/bench`: tonic + redis-rs'
-//! `ConnectionManager`, and per request one EVALSHA of a script that runs INCRBY and
-//! PEXPIRE on one fixed-window counter per descriptor (keyed by the descriptor's
-//! entries and the current second), answering OVER_LIMIT when any count passes the
-//! limit. No batching across requests, no rules, no metrics: what a service built the
-//! obvious way costs, to compare tollgate's Redis path with.
+//! The straightforward Redis-backed server for `scripts/bench`: tonic + redis-rs, and
+//! a script that runs INCRBY and PEXPIRE on one fixed-window counter per descriptor
+//! (keyed by the descriptor's entries and the current window), answering OVER_LIMIT
+//! when any count passes the limit. No batching across requests, no rules, no metrics:
+//! what a service built the obvious way costs, to compare tollgate's Redis path with.
 //!
-//! `cargo run --release --example one_script_server -- 127.0.0.1:8082 redis://127.0.0.1:6379 [limit]`
+//! - Standalone (`REDIS` is one URL): redis-rs' `ConnectionManager`, one EVALSHA per
+//!   request carrying every descriptor's key.
+//! - Cluster (`--cluster`, `REDIS` a comma-separated list of nodes): a redis-rs cluster
+//!   connection, one EVALSHA per descriptor, all of a request's sent at once. A
+//!   descriptor's counters are hash-tagged by its entries, so every window of one
+//!   counter lives in one slot; one key per script, so no script can meet CROSSSLOT.
 //!
-//! It shares only the generated protocol types with tollgate.
+//! `cargo run --release --example one_script_server -- 127.0.0.1:8082 redis://127.0.0.1:6379`
+//! `cargo run --release --example one_script_server -- --cluster 127.0.0.1:8082 redis://127.0.0.1:7000,redis://127.0.0.1:7001`
+//!
+//! `--window-ms` is the counters' window (scripts/bench gives the bench rules' hour, so
+//! both servers keep the same counters alive); `--limit` the count past which a
+//! descriptor is OVER_LIMIT. It shares only the generated protocol types with tollgate.
 
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use redis::aio::ConnectionManager;
+use clap::Parser;
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use tollgate::proto::rate_limit_response::{Code, DescriptorStatus};
 use tollgate::proto::{
-    RateLimitRequest, RateLimitResponse, RateLimitService, RateLimitServiceServer,
+    RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitService,
+    RateLimitServiceServer,
 };
 use tonic::{Request, Response, Status};
 
@@ -33,10 +46,78 @@ end
 return counts
 ";
 
+#[derive(Parser)]
+struct Args {
+    /// gRPC address to serve on
+    #[arg(default_value = "127.0.0.1:8082")]
+    addr: String,
+    /// redis://HOST:PORT; with --cluster, the nodes, comma-separated
+    #[arg(default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// REDIS names a cluster's nodes: one script per descriptor
+    #[arg(long)]
+    cluster: bool,
+    /// A descriptor whose count passes this is OVER_LIMIT
+    #[arg(long, default_value_t = 1_000_000_000)]
+    limit: u64,
+    /// The counters' window, in milliseconds
+    #[arg(long, default_value_t = 1000)]
+    window_ms: u64,
+}
+
+/// Where the scripts go.
+enum Redis {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
 struct OneScript {
-    redis: ConnectionManager,
+    redis: Redis,
     script: redis::Script,
     limit: u64,
+    window_ms: u64,
+}
+
+impl OneScript {
+    /// The counter of `descriptor` in window `window`: `one:{domain:k=v...}:window`.
+    fn key(domain: &str, descriptor: &RateLimitDescriptor, window: u64) -> String {
+        let mut key = format!("one:{{{domain}");
+        for entry in &descriptor.entries {
+            let _ = write!(key, ":{}={}", entry.key, entry.value);
+        }
+        let _ = write!(key, "}}:{window}");
+        key
+    }
+
+    /// Runs the script on `keys` through `connection`: their counts, in order.
+    async fn run<C: ConnectionLike>(
+        &self,
+        mut connection: C,
+        keys: &[String],
+        hits: u32,
+    ) -> Result<Vec<u64>, Status> {
+        let mut invocation = self.script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        invocation.arg(hits).arg(self.window_ms);
+        invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))
+    }
+
+    /// Every key's count: one script for all (standalone) or one per key (cluster).
+    async fn counts(&self, keys: &[String], hits: u32) -> Result<Vec<u64>, Status> {
+        match &self.redis {
+            Redis::Standalone(redis) => self.run(redis.clone(), keys, hits).await,
+            Redis::Cluster(redis) => {
+                let calls = keys.chunks(1).map(|key| self.run(redis.clone(), key, hits));
+                let counts = futures_util::future::try_join_all(calls).await?;
+                Ok(counts.into_iter().flatten().collect())
+            }
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -47,25 +128,17 @@ impl RateLimitService for OneScript {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let request = request.into_inner();
         let hits = request.hits_addend.max(1);
-        let window = SystemTime::now()
+        let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_err(|e| Status::internal(e.to_string()))?
-            .as_secs();
-        let mut invocation = self.script.prepare_invoke();
-        for descriptor in &request.descriptors {
-            let mut key = format!("one:{}", request.domain);
-            for entry in &descriptor.entries {
-                let _ = write!(key, ":{}={}", entry.key, entry.value);
-            }
-            let _ = write!(key, ":{window}");
-            invocation.key(key);
-        }
-        invocation.arg(hits).arg(1000);
-        let mut redis = self.redis.clone();
-        let counts: Vec<u64> = invocation
-            .invoke_async(&mut redis)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+            .as_millis();
+        let window = u64::try_from(now_ms).unwrap_or(u64::MAX) / self.window_ms.max(1);
+        let keys: Vec<String> = request
+            .descriptors
+            .iter()
+            .map(|d| Self::key(&request.domain, d, window))
+            .collect();
+        let counts = self.counts(&keys, hits).await?;
         let statuses: Vec<DescriptorStatus> = counts
             .iter()
             .map(|&count| DescriptorStatus {
@@ -90,24 +163,22 @@ impl RateLimitService for OneScript {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let addr = args.next().unwrap_or_else(|| "127.0.0.1:8082".to_owned());
-    let url = args
-        .next()
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
-    let limit = match args.next() {
-        Some(limit) => limit.parse()?,
-        None => 1_000_000_000,
+    let args = Args::parse();
+    let redis = if args.cluster {
+        let nodes: Vec<&str> = args.redis.split(',').collect();
+        Redis::Cluster(ClusterClient::new(nodes)?.get_async_connection().await?)
+    } else {
+        Redis::Standalone(ConnectionManager::new(redis::Client::open(args.redis)?).await?)
     };
-    let redis = ConnectionManager::new(redis::Client::open(url)?).await?;
     let server = OneScript {
         redis,
         script: redis::Script::new(SCRIPT),
-        limit,
+        limit: args.limit,
+        window_ms: args.window_ms,
     };
     tonic::transport::Server::builder()
         .add_service(RateLimitServiceServer::new(server))
-        .serve(addr.parse()?)
+        .serve(args.addr.parse()?)
         .await?;
     Ok(())
 }

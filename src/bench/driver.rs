@@ -82,7 +82,7 @@ pub async fn closed_loop(
             let mut client = clients[i % clients.len()].clone();
             let (workload, live, budget) = (workload.clone(), live.clone(), budget.clone());
             tokio::spawn(async move {
-                let mut rng = fastrand::Rng::with_seed(0x7011_6a7e ^ i as u64);
+                let mut rng = workload.rng(i as u64);
                 let mut recorder = Recorder::default();
                 while Instant::now() < window.end {
                     match budget.try_acquire() {
@@ -136,7 +136,7 @@ pub async fn open_loop(
             .spawn(move || {
                 // Timers (the bounded wait for a slot) need the runtime's context.
                 let _runtime = handle.enter();
-                let mut rng = fastrand::Rng::with_seed(0x0be7_1007);
+                let mut rng = workload.rng(u64::MAX);
                 let mut unsent = 0u64;
                 let mut n: u64 = 0;
                 loop {

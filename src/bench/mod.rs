@@ -131,7 +131,7 @@ pub async fn run(options: BenchOptions) -> Result<Report, String> {
                 concurrency,
                 workload,
                 window,
-                live,
+                live.clone(),
                 options.max_requests,
             )
             .await;
@@ -147,7 +147,7 @@ pub async fn run(options: BenchOptions) -> Result<Report, String> {
                 max_in_flight,
                 workload,
                 window,
-                live,
+                live.clone(),
                 options.max_requests,
             )
             .await;
@@ -176,6 +176,7 @@ pub async fn run(options: BenchOptions) -> Result<Report, String> {
         duration: options.duration,
         measured,
         domain: spec.domain.clone(),
+        totals: live.totals(),
     };
     Ok(Report::new(setup, &recorder, unsent))
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+use super::report::Totals;
 use crate::proto::RateLimitResponse;
 use crate::proto::rate_limit_response::Code;
 
@@ -126,6 +127,18 @@ impl Live {
             Outcome::Failed(_) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Every call so far, as the report's totals.
+    pub fn totals(&self) -> Totals {
+        let (completed, errors, over_limit, in_flight) = self.snapshot();
+        Totals {
+            sent: completed + in_flight,
+            answered: completed.saturating_sub(errors),
+            over_limit,
+            errors,
+            in_flight,
         }
     }
 

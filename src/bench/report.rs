@@ -58,6 +58,22 @@ pub struct Report {
     /// (the in-flight bound was reached): a sign the offered rate was too high.
     pub unsent: u64,
     pub latency_ms: Latency,
+    /// Every call of the run, warm-up included.
+    pub totals: Totals,
+}
+
+/// Every call of a run, warm-up and the calls still in flight at the window's end
+/// included: what the server's own counts (its metrics, the script calls Redis ran)
+/// must agree with, where the figures above count the measured window only.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct Totals {
+    pub sent: u64,
+    pub answered: u64,
+    pub over_limit: u64,
+    /// Calls that failed (client-side timeouts included).
+    pub errors: u64,
+    /// Calls sent but neither answered nor failed when the run gave up waiting.
+    pub in_flight: u64,
 }
 
 /// What the report is about, besides the measurements.
@@ -78,6 +94,7 @@ pub struct Setup {
     pub measured: Duration,
     /// The request domain (named in the warning).
     pub domain: String,
+    pub totals: Totals,
 }
 
 /// Seconds, to the millisecond.
@@ -157,6 +174,7 @@ impl Report {
                     (h.mean() / 1e3).round() / 1e3
                 },
             },
+            totals: setup.totals,
         }
     }
 
@@ -276,6 +294,13 @@ mod tests {
             duration: Duration::from_secs(100),
             measured: Duration::from_secs(2),
             domain: "bench".into(),
+            totals: Totals {
+                sent: 130,
+                answered: 120,
+                over_limit: 30,
+                errors: 2,
+                in_flight: 8,
+            },
         };
         let report = Report::new(setup, &recorder, 0);
         assert_eq!(report.requests, 101);
@@ -304,5 +329,7 @@ mod tests {
             serde_json::json!(report.latency_ms.p50)
         );
         assert_eq!(json["mode"], "closed");
+        assert_eq!(json["totals"]["answered"], 120);
+        assert_eq!(json["totals"]["in_flight"], 8);
     }
 }

@@ -54,6 +54,9 @@ pub struct WorkloadSpec {
     pub distribution: Distribution,
     /// Request-level `hits_addend` (0: one hit).
     pub hits_addend: u32,
+    /// Seeds the draws: runs with the same seed send the same keys in the same order;
+    /// another seed draws fresh ones (the long tail of a Zipf load stays cold).
+    pub seed: u64,
 }
 
 /// Builds requests; cheap to share between workers (the values and the Zipf table are
@@ -78,6 +81,13 @@ impl Workload {
 
     pub fn spec(&self) -> &WorkloadSpec {
         &self.spec
+    }
+
+    /// The random source of one sender (`stream`: a closed-loop task's index, say):
+    /// every stream draws its own sequence, all of them set by the spec's seed.
+    pub fn rng(&self, stream: u64) -> fastrand::Rng {
+        let mixed = stream.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        fastrand::Rng::with_seed(self.spec.seed ^ mixed ^ 0x7011_6a7e)
     }
 
     /// One key index, from `rng`.
@@ -153,6 +163,7 @@ mod tests {
             keys,
             distribution,
             hits_addend: 0,
+            seed: 0,
         }
     }
 
@@ -190,5 +201,22 @@ mod tests {
         assert!(hits[0] > hits[9] * 5);
         let uniform = Workload::new(spec(Distribution::Uniform, 1000));
         assert!((0..20_000).all(|_| uniform.sample(&mut rng) < 1000));
+    }
+
+    #[test]
+    fn a_seed_sets_every_stream() {
+        let draws = |seed: u64, stream: u64| {
+            let workload = Workload::new(WorkloadSpec {
+                seed,
+                ..spec(Distribution::Uniform, 1_000_000)
+            });
+            let mut rng = workload.rng(stream);
+            (0..8)
+                .map(|_| workload.sample(&mut rng))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draws(1, 0), draws(1, 0), "the same seed, the same keys");
+        assert_ne!(draws(1, 0), draws(2, 0), "another seed, other keys");
+        assert_ne!(draws(1, 0), draws(1, 1), "each stream its own keys");
     }
 }

@@ -45,6 +45,9 @@ pub struct BenchArgs {
     /// Request-level hits_addend (0: one hit)
     #[arg(long, default_value_t = 0)]
     pub hits: u32,
+    /// Seed of the key draws: the same seed sends the same keys, another fresh ones
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     /// Seconds to measure
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
@@ -100,6 +103,7 @@ impl BenchArgs {
                 keys: self.keys,
                 distribution: self.distribution,
                 hits_addend: self.hits,
+                seed: self.seed,
             },
             warmup: seconds(self.warmup, "--warmup")?,
             duration: seconds(self.duration, "--duration")?,

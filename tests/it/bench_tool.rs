@@ -1,5 +1,6 @@
 //! `tollgate bench` against an in-process server on a memory store: the closed loop
-//! keeps its calls in flight and counts them, the open loop holds its offered rate,
+//! keeps its calls in flight and counts them, warm-up included, as the server counted
+//! them (what scripts/bench checks every run against), the open loop holds its offered rate,
 //! OVER_LIMIT answers are counted, a run cut short by `--requests` reports its true
 //! duration and rate, a domain the server does not limit is warned about, and an
 //! unreachable address fails fast.
@@ -15,6 +16,7 @@ use tollgate::bench::{self, BenchOptions, Load};
 use tollgate::limiter::LimiterOptions;
 use tollgate::store::memory::MemoryStore;
 
+use common::prometheus::value;
 use common::server::TestServer;
 
 const BENCH: &str = include_str!("../../benches/config/bench.yaml");
@@ -42,6 +44,7 @@ fn options(url: String, load: Load, descriptors: usize, keys: u64) -> BenchOptio
             keys,
             distribution: Distribution::Zipf(1.0),
             hits_addend: 0,
+            seed: 0,
         },
         warmup: Duration::from_millis(200),
         duration: Duration::from_secs(1),
@@ -69,6 +72,16 @@ async fn closed_loop_measures_answers() {
     assert!(report.latency_ms.p50 > 0.0);
     assert!(report.latency_ms.p50 <= report.latency_ms.p99);
     assert!(report.latency_ms.p99 <= report.latency_ms.max);
+    // The totals count the warm-up too, and agree with the server's own count.
+    let totals = report.totals;
+    assert!(totals.answered > report.answered, "{totals:?}");
+    assert_eq!(
+        (totals.sent, totals.errors, totals.in_flight),
+        (totals.answered, 0, 0)
+    );
+    let metrics = server.limiter.metrics().encode().expect("metrics encode");
+    let ok = value(&metrics, "tollgate_requests_total{result=\"ok\"}");
+    assert_eq!(ok as u64, totals.answered, "{metrics}");
     server.stop().await;
 }
 
@@ -102,6 +115,7 @@ async fn open_loop_holds_the_rate_and_counts_over_limit() {
     let report = bench::run(opts).await.expect("the run completes");
     assert!(report.answered > 0);
     assert_eq!(report.over_limit, report.answered, "{report:?}");
+    assert_eq!(report.totals.over_limit, report.totals.answered);
     assert!((report.over_limit_share - 1.0).abs() < 1e-9);
     server.stop().await;
 }
