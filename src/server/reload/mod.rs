@@ -195,6 +195,18 @@ impl Reloader {
         }
     }
 
+    /// The reloader of `source`'s set: its kind is taken from the source itself, so a
+    /// source whose [`FirstSet`] status does not name it (the default is files) is
+    /// still never reloaded, shown or counted as files.
+    pub fn for_source(
+        limiter: Arc<Limiter>,
+        source: &dyn Source,
+        status: Arc<ReloadStatus>,
+    ) -> Self {
+        status.lock().source = source.kind();
+        Self::new(limiter, source.origin(), status)
+    }
+
     /// Every swap sets `health`'s `config_loaded`: true, or false for a set without
     /// domains when `require_domains` (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
     pub fn with_health(mut self, health: Arc<Health>, require_domains: bool) -> Self {
