@@ -50,8 +50,9 @@ pub enum Trigger {
     Signal,
     /// A direct call (tests, embedders).
     Manual,
-    /// A response from the xDS control plane.
-    Xds,
+    /// A set pushed by a source that sends every change itself, named by the source
+    /// (`xds` for the xDS control plane).
+    Pushed(&'static str),
 }
 
 impl Trigger {
@@ -60,7 +61,7 @@ impl Trigger {
             Trigger::Watch => "watch",
             Trigger::Signal => "sighup",
             Trigger::Manual => "manual",
-            Trigger::Xds => "xds",
+            Trigger::Pushed(source) => source,
         }
     }
 }
