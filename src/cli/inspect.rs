@@ -23,6 +23,11 @@ use crate::store::redis::connect::RedisOptions;
 use crate::store::redis::inspect::{self, CounterState};
 
 #[derive(Debug, Args)]
+// RedisFlags' help for the budget is serve's (a default of 250 and failure_mode):
+// here the default is --timeout-ms and nothing answers in Redis' place.
+#[command(mut_arg("redis_timeout_ms", |arg| arg.help(
+    "Budget in milliseconds for each Redis call [default: --timeout-ms]"
+)))]
 pub struct InspectArgs {
     #[arg(long)]
     pub domain: String,
