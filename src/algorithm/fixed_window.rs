@@ -57,6 +57,9 @@ impl Model for FixedWindow {
     const KEY_NAME: &'static str = "fw";
     const LUA: &'static str = include_str!("../../lua/fixed_window.lua");
     const USES_BURST: bool = false;
+    const MAX_LIMIT: Option<u64> = None;
+    const ALLOWS_ZERO_RATE: bool = true;
+    const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::Hash;
     type State = State;
 

@@ -42,6 +42,9 @@ impl Model for Gcra {
     const KEY_NAME: &'static str = "gcra";
     const LUA: &'static str = include_str!("../../lua/gcra.lua");
     const USES_BURST: bool = true;
+    const MAX_LIMIT: Option<u64> = None;
+    const ALLOWS_ZERO_RATE: bool = false;
+    const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::Value;
     type State = State;
 

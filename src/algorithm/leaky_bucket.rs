@@ -53,6 +53,9 @@ impl Model for LeakyBucket {
     const KEY_NAME: &'static str = "lb";
     const LUA: &'static str = include_str!("../../lua/leaky_bucket.lua");
     const USES_BURST: bool = true;
+    const MAX_LIMIT: Option<u64> = None;
+    const ALLOWS_ZERO_RATE: bool = false;
+    const TAKES_MAX_DELAY: bool = true;
     const LAYOUT: Layout = Layout::Value;
     type State = State;
 

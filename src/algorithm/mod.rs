@@ -17,7 +17,8 @@
 //!    functions with their unit and property tests, and a unit struct named like the
 //!    enum variant implementing [`Model`] (`NAME = "<name>"`, the name configs use;
 //!    `KEY_NAME`, a new short name for its Redis keys;
-//!    `LUA = include_str!("../../lua/<name>.lua")`; `USES_BURST`; `LAYOUT`, the Redis
+//!    `LUA = include_str!("../../lua/<name>.lua")`; `USES_BURST`, `MAX_LIMIT`,
+//!    `ALLOWS_ZERO_RATE` and `TAKES_MAX_DELAY`, the config rules it implies; `LAYOUT`, the Redis
 //!    type its Lua twin keeps a counter in, and `describe`, that stored value in
 //!    words for `tollgate inspect`; `heap_bytes`, what its state owns on the heap, so
 //!    the memory store weighs it right).
@@ -37,8 +38,9 @@
 //! the new twins agree with no change of its own. Config parsing, the memory store,
 //! Redis keys and scripts, `tollgate inspect` and `tollgate simulate` (its chart
 //! colours too) pick the algorithm up from the list. Config rules specific to one
-//! algorithm (like `max_delay` for the leaky bucket) live in
-//! `src/config/compile/limit.rs`.
+//! algorithm are stated by its model's constants (`USES_BURST`, `MAX_LIMIT`,
+//! `ALLOWS_ZERO_RATE`, `TAKES_MAX_DELAY`) and checked in
+//! `src/config/compile/limit.rs` and `tollgate simulate`.
 
 mod stored;
 #[cfg(test)]
@@ -63,6 +65,14 @@ pub trait Model {
     const LUA: &'static str;
     /// Whether `burst` means something for this algorithm.
     const USES_BURST: bool;
+    /// The largest limit (`requests_per_unit`) it can count, if it has one (a log
+    /// keeps one entry per hit).
+    const MAX_LIMIT: Option<u64>;
+    /// Whether a limit of 0 means something (deny everything) rather than no
+    /// emission interval at all.
+    const ALLOWS_ZERO_RATE: bool;
+    /// Whether it shapes, so `leaky_bucket.max_delay` means something for it.
+    const TAKES_MAX_DELAY: bool;
     /// The Redis type its Lua twin keeps one counter in.
     const LAYOUT: Layout;
     type State: Clone + std::fmt::Debug + PartialEq;
@@ -128,6 +138,27 @@ macro_rules! algorithms {
             pub fn uses_burst(self) -> bool {
                 match self {
                     $(Algorithm::$variant => <$module::$variant as Model>::USES_BURST,)+
+                }
+            }
+
+            /// The largest limit it can count ([`Model::MAX_LIMIT`]).
+            pub fn max_limit(self) -> Option<u64> {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::MAX_LIMIT,)+
+                }
+            }
+
+            /// Whether a limit of 0 is allowed ([`Model::ALLOWS_ZERO_RATE`]).
+            pub fn allows_zero_rate(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::ALLOWS_ZERO_RATE,)+
+                }
+            }
+
+            /// Whether `max_delay` means something ([`Model::TAKES_MAX_DELAY`]).
+            pub fn takes_max_delay(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::TAKES_MAX_DELAY,)+
                 }
             }
 
@@ -207,6 +238,25 @@ algorithms! {
 impl Algorithm {
     pub fn parse(text: &str) -> Option<Algorithm> {
         Self::ALL.into_iter().find(|a| a.name() == text)
+    }
+
+    /// Every name, in list order (for command lines that take one).
+    pub fn names() -> [&'static str; Algorithm::ALL.len()] {
+        Self::ALL.map(Algorithm::name)
+    }
+
+    /// The names of the algorithms `which` selects, for messages: `a, b and c`.
+    pub fn names_where(which: impl Fn(Algorithm) -> bool) -> String {
+        let names: Vec<&str> = Self::ALL
+            .into_iter()
+            .filter(|a| which(*a))
+            .map(Algorithm::name)
+            .collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            Some((last, _)) => (*last).to_owned(),
+            None => String::new(),
+        }
     }
 
     /// The id the Lua scripts dispatch on: the position in the list, from 1 (the

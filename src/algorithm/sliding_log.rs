@@ -60,6 +60,9 @@ impl Model for SlidingLog {
     const KEY_NAME: &'static str = "sl";
     const LUA: &'static str = include_str!("../../lua/sliding_log.lua");
     const USES_BURST: bool = false;
+    const MAX_LIMIT: Option<u64> = Some(MAX_LIMIT);
+    const ALLOWS_ZERO_RATE: bool = false;
+    const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::SortedSet;
     type State = State;
 

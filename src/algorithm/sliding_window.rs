@@ -81,6 +81,9 @@ impl Model for SlidingWindow {
     const KEY_NAME: &'static str = "sw";
     const LUA: &'static str = include_str!("../../lua/sliding_window.lua");
     const USES_BURST: bool = false;
+    const MAX_LIMIT: Option<u64> = None;
+    const ALLOWS_ZERO_RATE: bool = false;
+    const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::Hash;
     type State = State;
 

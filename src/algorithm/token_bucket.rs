@@ -58,6 +58,9 @@ impl Model for TokenBucket {
     const KEY_NAME: &'static str = "tb";
     const LUA: &'static str = include_str!("../../lua/token_bucket.lua");
     const USES_BURST: bool = true;
+    const MAX_LIMIT: Option<u64> = None;
+    const ALLOWS_ZERO_RATE: bool = false;
+    const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::Hash;
     type State = State;
 

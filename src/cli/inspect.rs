@@ -23,13 +23,18 @@ use crate::store::redis::connect::RedisOptions;
 use crate::store::redis::inspect::{self, CounterState};
 
 #[derive(Debug, Args)]
+// RedisFlags' help for the budget is serve's (a default of 250 and failure_mode):
+// here the default is --timeout-ms and nothing answers in Redis' place.
+#[command(mut_arg("redis_timeout_ms", |arg| arg.help(
+    "Budget in milliseconds for each Redis call [default: --timeout-ms]"
+)))]
 pub struct InspectArgs {
     #[arg(long)]
     pub domain: String,
     /// One descriptor as k=v[,k=v...]; repeat for several descriptors
     #[arg(long = "descriptor", required = true)]
     pub descriptors: Vec<String>,
-    /// Config file or directory the server runs [default: as serve: $RUNTIME_ROOT/..., else config/]
+    /// Config file or directory the server runs [default: as serve's files: $RUNTIME_ROOT/..., else config/, whatever $CONFIG_TYPE says]
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Where Redis is, as `serve` takes it.
@@ -100,17 +105,20 @@ fn settings(args: &InspectArgs) -> Result<(PathBuf, RedisOptions), String> {
         redis: args.redis.clone(),
         ..ServeFlags::default()
     };
-    let env = |name: &str| std::env::var(name).ok();
-    let settings = ServeSettings::resolve(&flags, &env).map_err(|e| e.to_string())?;
-    let config = match (settings.source.files(), &args.config) {
-        (Some(files), _) => files.path.clone(),
-        (None, Some(path)) => path.clone(),
-        (None, None) => {
-            return Err("limits come from an xDS control plane (CONFIG_TYPE): \
-                        give the config the server serves with --config"
-                .into());
-        }
+    // inspect reads config files whatever source the server takes its limits from
+    // (it cannot ask a control plane): CONFIG_TYPE is left out, so the files are
+    // found as they always were, --config, then RUNTIME_ROOT, then config/.
+    let env = |name: &str| match name {
+        "CONFIG_TYPE" => None,
+        _ => std::env::var(name).ok(),
     };
+    let settings = ServeSettings::resolve(&flags, &env).map_err(|e| e.to_string())?;
+    let Some(files) = settings.source.files() else {
+        return Err("limits do not come from files: give the config the server \
+                    serves with --config"
+            .into());
+    };
+    let config = files.path.clone();
     let mut redis = match settings.backend {
         Backend::Redis { options, .. } => *options,
         Backend::Memory { .. } => {

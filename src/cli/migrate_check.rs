@@ -71,7 +71,7 @@ pub fn differences(var: &dyn Fn(&str) -> Option<String>, path: &Path) -> Vec<Str
 }
 
 /// What the environment alone changes: settings refused or ignored, and defaults
-/// that differ (statsd, the store).
+/// that differ (statsd, the store, health following Redis).
 fn setting_differences(var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
     let mut out = Vec::new();
     for refused in compat::refused_all(var) {
@@ -104,6 +104,15 @@ fn setting_differences(var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
                 .to_owned(),
         );
     }
+    // The environment alone decides it: named even when the config does not load.
+    if var("REDIS_URL").is_some() && var("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION").is_none() {
+        out.push(
+            "health: an unreachable Redis makes tollgate NOT_SERVING \
+             (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION defaults to true here, false upstream); \
+             set it to false to match"
+                .to_owned(),
+        );
+    }
     out
 }
 
@@ -133,14 +142,6 @@ fn behaviour_differences(var: &dyn Fn(&str) -> Option<String>, config: &Config) 
         .filter(|d| d.failure_mode == FailureMode::Allow && limited.contains(&&*d.name))
         .map(|d| &*d.name)
         .collect();
-    if var("REDIS_URL").is_some() && var("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION").is_none() {
-        out.push(
-            "health: an unreachable Redis makes tollgate NOT_SERVING \
-             (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION defaults to true here, false upstream); \
-             set it to false to match"
-                .to_owned(),
-        );
-    }
     if var("REDIS_URL").is_some() && !limited.is_empty() {
         out.push(format!(
             "switch: tollgate's Redis keys are its own, so every counter starts from zero \

@@ -92,7 +92,7 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
     let health = Arc::new(Health::new(first.config_loaded));
     let status = Arc::new(first.status);
     let reloader = Arc::new(
-        Reloader::new(limiter.clone(), source.origin(), status.clone())
+        Reloader::for_source(limiter.clone(), source.as_ref(), status.clone())
             .with_health(health.clone(), settings.require_domains),
     );
     // Before the ports open: a SIGHUP that arrives once we answer must find its handler

@@ -15,15 +15,6 @@ use crate::config::diagnostics::parse_duration;
 use crate::simulate::patterns::{self, NAMES};
 use crate::simulate::{Pattern, Setup, SimulateError, Simulation, svg, table};
 
-const ALGORITHMS: [&str; 6] = [
-    "fixed_window",
-    "sliding_window",
-    "sliding_log",
-    "token_bucket",
-    "gcra",
-    "leaky_bucket",
-];
-
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     /// Built-in traffic [default: boundary]. steady: evenly spaced at --rate; burst:
@@ -35,8 +26,8 @@ pub struct SimulateArgs {
     /// `timestamp_ms,cost` (blank lines, `#` comments and a header line are skipped).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
-    /// Algorithms to compare, comma-separated or repeated [default: all six].
-    #[arg(long = "algorithm", value_name = "NAME", value_delimiter = ',', value_parser = ALGORITHMS)]
+    /// Algorithms to compare, comma-separated or repeated [default: all].
+    #[arg(long = "algorithm", value_name = "NAME", value_delimiter = ',', value_parser = Algorithm::names())]
     pub algorithms: Vec<String>,
     /// L: requests per window.
     #[arg(long, value_name = "N", default_value_t = 10)]
@@ -214,14 +205,17 @@ fn setup(args: &SimulateArgs) -> Result<Setup, String> {
         .as_deref()
         .map(|d| millis("--max-delay", d))
         .transpose()?;
-    if max_delay_ms.is_some() && !algorithms.contains(&Algorithm::LeakyBucket) {
-        return Err("--max-delay applies to leaky_bucket, which is not simulated".to_owned());
+    if max_delay_ms.is_some() && !algorithms.iter().any(|a| a.takes_max_delay()) {
+        return Err(format!(
+            "--max-delay applies to {}, which is not simulated",
+            Algorithm::names_where(Algorithm::takes_max_delay)
+        ));
     }
     if args.burst.is_some() && !algorithms.iter().any(|a| a.uses_burst()) {
-        return Err(
-            "--burst applies to token_bucket, gcra and leaky_bucket, none of which is simulated"
-                .to_owned(),
-        );
+        return Err(format!(
+            "--burst applies to {}, none of which is simulated",
+            Algorithm::names_where(Algorithm::uses_burst)
+        ));
     }
     Ok(Setup {
         limit: args.limit,

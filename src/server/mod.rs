@@ -164,22 +164,22 @@ where
         Some(_) => "tls",
         None => "off",
     };
+    // Everything that can fail first: the tasks started below (the health follower,
+    // the drain) would outlive an early return and act on a server that never ran.
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
     let (health_service, follower) = health_service(&options.health).await;
     let (stop, drainer) = drain_after(shutdown, options.health.clone(), options.drain);
     let router = tonic::transport::Server::builder()
         .add_service(health_service)
-        .add_service(
-            tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-                .build_v1()?,
-        )
-        .add_service(
-            tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-                .build_v1alpha()?,
-        )
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(RateLimitGrpc::new(limiter.clone()).into_server());
     let grpc = grpc(router, listeners.grpc, options.tls, stop.clone());
     let admin = AdminState {

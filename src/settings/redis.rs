@@ -18,14 +18,16 @@ pub(super) fn backend(
     var: &dyn Fn(&str) -> Option<String>,
     memory_store_bytes: u64,
 ) -> Result<Backend, Error> {
+    // Read whatever the backend: a bad value is a mistake in the deployment either
+    // way, and it always stopped the process (exit 2), on the memory store too.
+    let health_check = match flags.health_check_redis {
+        Some(check) => check,
+        None => env_bool(var, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", true)?,
+    };
     let Some(options) = redis_options(&flags.redis, var)? else {
         return Ok(Backend::Memory {
             max_bytes: memory_store_bytes,
         });
-    };
-    let health_check = match flags.health_check_redis {
-        Some(check) => check,
-        None => env_bool(var, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", true)?,
     };
     Ok(Backend::Redis {
         options: Box::new(options),

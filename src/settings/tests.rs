@@ -242,6 +242,19 @@ fn bad_values_are_named() {
     assert!(err.to_string().contains("GRPC_HOST:GRPC_PORT"), "{err}");
 }
 
+/// Checked on the memory store too (no REDIS_URL): a typo stops the process wherever
+/// the counters live, as it did before the backend settings moved.
+#[test]
+fn a_bad_redis_health_check_is_refused_on_the_memory_store_too() {
+    let vars = [("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "maybe")];
+    let err = resolve(ServeFlags::default(), &vars).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"),
+        "{err}"
+    );
+}
+
 #[test]
 fn settings_that_cannot_be_honoured_are_refused_and_ignored_ones_listed() {
     let err = resolve(ServeFlags::default(), &[("CONFIG_TYPE", "GRPC_XDS_DELTA")]).unwrap_err();

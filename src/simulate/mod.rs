@@ -15,7 +15,7 @@ pub mod series;
 pub mod svg;
 pub mod table;
 
-use crate::algorithm::{self, Algorithm, Params, sliding_log};
+use crate::algorithm::{self, Algorithm, Params};
 
 pub use patterns::Pattern;
 pub use series::max_in_window;
@@ -62,7 +62,7 @@ pub struct Setup {
 }
 
 impl Setup {
-    /// L per W for all six algorithms, no burst or max_delay of its own.
+    /// L per W for every algorithm, no burst or max_delay of its own.
     pub fn new(limit: u64, window_ms: u64) -> Self {
         Setup {
             limit,
@@ -103,10 +103,15 @@ impl Setup {
         if self.algorithms.is_empty() {
             return invalid("no algorithm to simulate");
         }
-        if self.algorithms.contains(&Algorithm::SlidingLog) && self.limit > sliding_log::MAX_LIMIT {
+        let too_large = self.algorithms.iter().find_map(|a| {
+            a.max_limit()
+                .filter(|max| self.limit > *max)
+                .map(|max| (a.name(), max))
+        });
+        if let Some((name, max)) = too_large {
+            // Only sliding_log has a maximum: the message gives its reason.
             return invalid(format!(
-                "sliding_log keeps one entry per hit, so it is limited to {} per window (got {}); leave it out with --algorithm",
-                sliding_log::MAX_LIMIT,
+                "{name} keeps one entry per hit, so it is limited to {max} per window (got {}); leave it out with --algorithm",
                 self.limit
             ));
         }
@@ -125,7 +130,8 @@ impl Setup {
             limit: self.limit,
             window_ms: self.window_ms,
             burst: burst.unwrap_or(self.limit),
-            max_delay_ms: (algorithm == Algorithm::LeakyBucket)
+            max_delay_ms: algorithm
+                .takes_max_delay()
                 .then_some(self.max_delay_ms)
                 .flatten(),
         }

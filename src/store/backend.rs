@@ -1,8 +1,8 @@
 //! Which backend holds the counters, chosen once from the settings: the memory
 //! store, or Redis (standalone, Sentinel or Cluster, as [`RedisOptions::target`]
 //! says). `stack::build` builds the server's store from it, `serve` asks it whether
-//! readiness follows the store ([`Backend::probed`]) and `tollgate inspect` reads
-//! counters through it. A new backend is a variant here, its store (a [`super::Store`]
+//! readiness follows the store ([`Backend::probed`]) and `tollgate inspect` takes
+//! the Redis options from it (it reads Redis only, and refuses the memory store). A new backend is a variant here, its store (a [`super::Store`]
 //! that passes `tests/it/store_contract.rs`) and its arm in `stack::build`.
 
 use super::redis::connect::{RedisOptions, RedisTarget};

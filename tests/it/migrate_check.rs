@@ -51,6 +51,16 @@ fn health_following_redis_is_named_unless_asked_for() {
     assert!(out.contains("1 difference(s)"), "{out}");
 }
 
+/// The environment's differences do not depend on the config loading.
+#[test]
+fn health_following_redis_is_named_when_the_config_does_not_load() {
+    let env = "USE_STATSD=false\nREDIS_URL=redis://127.0.0.1:6379\n";
+    let (code, out) = migrate_check(env, "domain: shop\nnonsense: 1\n");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("health: an unreachable Redis"), "{out}");
+    assert!(out.contains("config: "), "{out}");
+}
+
 #[test]
 fn refused_and_ignored_settings_and_documented_differences_are_each_named() {
     let env = "GRPC_UDS=/run/rl.sock\nUSE_STATSD=true\nMERGE_DOMAIN_CONFIG=true\n";

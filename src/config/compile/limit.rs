@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_saphyr::Spanned;
 
-use crate::algorithm::{Algorithm, sliding_log};
+use crate::algorithm::Algorithm;
 use crate::config::diagnostics::{Report, key_line, parse_duration};
 use crate::config::limit::{Limit, Unit};
 use crate::config::schema::{RateLimitYaml, ReplacesYaml};
@@ -163,7 +163,8 @@ impl Mapping<'_, '_> {
                 self.error(
                     b.referenced.line(),
                     format!(
-                        "burst: only token_bucket, gcra and leaky_bucket have a burst, not {}",
+                        "burst: only {} have a burst, not {}",
+                        Algorithm::names_where(Algorithm::uses_burst),
                         algorithm.name()
                     ),
                 );
@@ -175,7 +176,7 @@ impl Mapping<'_, '_> {
         let Some(lb) = &rl.leaky_bucket else {
             return;
         };
-        if algorithm != Algorithm::LeakyBucket {
+        if !algorithm.takes_max_delay() {
             let line = key_line(self.source, lb.referenced.line(), "leaky_bucket");
             self.error(
                 line,
@@ -202,21 +203,22 @@ impl Mapping<'_, '_> {
     /// The bounds an algorithm puts on `requests_per_unit`.
     fn rate(&mut self, limit: &Limit, line: u64) {
         let algorithm = limit.algorithm;
-        if algorithm != Algorithm::FixedWindow && limit.requests_per_unit == 0 {
+        if !algorithm.allows_zero_rate() && limit.requests_per_unit == 0 {
             // A rate of zero has no emission interval; a fixed window of 0 denies all.
             self.error(
                 line,
                 format!("requests_per_unit: {} needs at least 1", algorithm.name()),
             );
         }
-        if algorithm == Algorithm::SlidingLog
-            && u64::from(limit.requests_per_unit) > sliding_log::MAX_LIMIT
+        if let Some(max) = algorithm.max_limit()
+            && u64::from(limit.requests_per_unit) > max
         {
+            // Only sliding_log has a maximum: the message gives its reason.
             self.error(
                 line,
                 format!(
-                    "requests_per_unit: sliding_log keeps one entry per hit, so it is limited to {} per window (got {}); use sliding_window for larger limits",
-                    sliding_log::MAX_LIMIT,
+                    "requests_per_unit: {} keeps one entry per hit, so it is limited to {max} per window (got {}); use sliding_window for larger limits",
+                    algorithm.name(),
                     limit.requests_per_unit
                 ),
             );

@@ -25,13 +25,19 @@ impl Reloader {
     /// Returns the new generation.
     pub async fn install(&self, config: Config, version: &str) -> u64 {
         let _serial = self.serial.lock().await;
-        self.swapped(config, None, Some(version.to_owned()), Trigger::Xds)
+        self.swapped(config, None, Some(version.to_owned()), self.pushed())
     }
 
     /// Records a set from an external source that was refused; the served set stays.
     pub async fn refuse(&self, error: &ReloadError) {
         let _serial = self.serial.lock().await;
-        self.failed(error, Trigger::Xds);
+        self.failed(error, self.pushed());
+    }
+
+    /// What triggered a set the source pushed: the source itself, by name, so a new
+    /// pushing source is not logged as xDS.
+    fn pushed(&self) -> Trigger {
+        Trigger::Pushed(self.source.name)
     }
 
     /// The files are those already served.

@@ -50,8 +50,9 @@ pub enum Trigger {
     Signal,
     /// A direct call (tests, embedders).
     Manual,
-    /// A response from the xDS control plane.
-    Xds,
+    /// A set pushed by a source that sends every change itself, named by the source
+    /// (`xds` for the xDS control plane).
+    Pushed(&'static str),
 }
 
 impl Trigger {
@@ -60,7 +61,7 @@ impl Trigger {
             Trigger::Watch => "watch",
             Trigger::Signal => "sighup",
             Trigger::Manual => "manual",
-            Trigger::Xds => "xds",
+            Trigger::Pushed(source) => source,
         }
     }
 }
@@ -193,6 +194,18 @@ impl Reloader {
             health: None,
             source: served.source,
         }
+    }
+
+    /// The reloader of `source`'s set: its kind is taken from the source itself, so a
+    /// source whose [`FirstSet`] status does not name it (the default is files) is
+    /// still never reloaded, shown or counted as files.
+    pub fn for_source(
+        limiter: Arc<Limiter>,
+        source: &dyn Source,
+        status: Arc<ReloadStatus>,
+    ) -> Self {
+        status.lock().source = source.kind();
+        Self::new(limiter, source.origin(), status)
     }
 
     /// Every swap sets `health`'s `config_loaded`: true, or false for a set without

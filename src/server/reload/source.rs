@@ -94,3 +94,56 @@ pub trait Source: Send + Sync {
         metrics: SourceMetrics,
     ) -> Result<Vec<Background>, SourceError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::{Limiter, LimiterOptions};
+    use crate::store::memory::MemoryStore;
+
+    const PUSHED: ConfigSource = ConfigSource::pushed("pushed-test");
+
+    /// A source that follows the docs but builds its status without naming itself.
+    struct Pushing;
+
+    impl Source for Pushing {
+        fn kind(&self) -> ConfigSource {
+            PUSHED
+        }
+
+        fn origin(&self) -> PathBuf {
+            "https://control-plane.test".into()
+        }
+
+        fn first_set(&self, _require_domains: bool) -> Result<FirstSet, SourceError> {
+            Ok(FirstSet {
+                config: Config::new(Vec::new()),
+                status: ReloadStatus::nothing_loaded(),
+                config_loaded: false,
+            })
+        }
+
+        fn follow(
+            &self,
+            _reloader: Arc<Reloader>,
+            _metrics: SourceMetrics,
+        ) -> Result<Vec<Background>, SourceError> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[test]
+    fn a_sources_kind_reaches_the_reloader_and_its_status() {
+        let source = Pushing;
+        let first = source.first_set(false).expect("the first set");
+        let limiter = Arc::new(Limiter::new(
+            first.config,
+            Arc::new(MemoryStore::new()),
+            LimiterOptions::default(),
+        ));
+        let status = Arc::new(first.status);
+        let reloader = Reloader::for_source(limiter, &source, status.clone());
+        assert_eq!(reloader.source(), PUSHED);
+        assert_eq!(status.snapshot().source, PUSHED);
+    }
+}
