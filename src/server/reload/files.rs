@@ -69,11 +69,7 @@ impl Source for FileSource {
             errors = %telemetry::Json(&error.messages()),
             "no valid config: NOT_SERVING until a valid set loads (on change or SIGHUP)"
         );
-        Ok(FirstSet {
-            config: Config::new(Vec::new()),
-            status: ReloadStatus::nothing_loaded(),
-            config_loaded: false,
-        })
+        Ok(FirstSet::nothing_loaded())
     }
 
     /// Watches the set unless `--no-watch`.

@@ -60,6 +60,18 @@ pub struct FirstSet {
     pub config_loaded: bool,
 }
 
+impl FirstSet {
+    /// No config yet (an invalid set at start, or a pushed source still waiting):
+    /// no domain limits anything, and health stays NOT_SERVING.
+    pub fn nothing_loaded() -> Self {
+        FirstSet {
+            config: Config::new(Vec::new()),
+            status: ReloadStatus::nothing_loaded(),
+            config_loaded: false,
+        }
+    }
+}
+
 /// Why a source could not start; the process stops before binding a port.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
@@ -116,11 +128,7 @@ mod tests {
         }
 
         fn first_set(&self, _require_domains: bool) -> Result<FirstSet, SourceError> {
-            Ok(FirstSet {
-                config: Config::new(Vec::new()),
-                status: ReloadStatus::nothing_loaded(),
-                config_loaded: false,
-            })
+            Ok(FirstSet::nothing_loaded())
         }
 
         fn follow(
