@@ -126,7 +126,7 @@ pub async fn open_loop(
 ) -> (Recorder, u64) {
     let interval = Duration::from_secs_f64(1.0 / rate);
     let slots = Arc::new(Semaphore::new(max_in_flight));
-    let (tx, mut rx) = mpsc::unbounded_channel::<(Outcome, Duration, Instant)>();
+    let (tx, rx) = mpsc::unbounded_channel::<(Outcome, Duration, Instant)>();
     let handle = tokio::runtime::Handle::current();
     let stop = Arc::new(AtomicBool::new(false));
     let dispatcher = {
@@ -179,16 +179,34 @@ pub async fn open_loop(
                     });
                     n += 1;
                 }
-                // Intended sends left out when the loop stopped early.
-                let elapsed = window.end.saturating_duration_since(window.start);
-                let intended_total = (elapsed.as_secs_f64() * rate) as u64;
-                let expected = budget.map_or(intended_total, |b| b.min(intended_total));
-                unsent + expected.saturating_sub(n + unsent)
+                unsent + left_out(&window, rate, budget, n + unsent)
             })
             .expect("spawn the dispatcher thread")
     };
-    // The dispatcher (which owns `tx`) and every call task hold a sender: the loop
-    // below ends when all are done, or at the deadline.
+    let recorder = collect(rx, &window).await;
+    stop.store(true, Ordering::Relaxed);
+    let unsent = tokio::task::spawn_blocking(move || dispatcher.join().unwrap_or(0))
+        .await
+        .unwrap_or(0);
+    (recorder, unsent)
+}
+
+/// The intended sends an open loop never made after `tried` were tried: the rest of
+/// the window's (or the budget's) sends when the loop stopped early.
+fn left_out(window: &Window, rate: f64, budget: Option<u64>, tried: u64) -> u64 {
+    let elapsed = window.end.saturating_duration_since(window.start);
+    let intended_total = (elapsed.as_secs_f64() * rate) as u64;
+    let expected = budget.map_or(intended_total, |b| b.min(intended_total));
+    expected.saturating_sub(tried)
+}
+
+/// Records the open loop's answers that end inside the window. The dispatcher (which
+/// owns the first sender) and every call task hold a sender: this ends when all are
+/// done, or at the deadline.
+async fn collect(
+    mut rx: mpsc::UnboundedReceiver<(Outcome, Duration, Instant)>,
+    window: &Window,
+) -> Recorder {
     let mut recorder = Recorder::default();
     let deadline = window.end + window.call_timeout + Duration::from_secs(1);
     while let Ok(Some((outcome, latency, done))) =
@@ -198,9 +216,5 @@ pub async fn open_loop(
             recorder.record(outcome, latency);
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let unsent = tokio::task::spawn_blocking(move || dispatcher.join().unwrap_or(0))
-        .await
-        .unwrap_or(0);
-    (recorder, unsent)
+    recorder
 }
