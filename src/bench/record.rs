@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use serde::Serialize;
 
-use super::report::Totals;
 use crate::proto::RateLimitResponse;
 use crate::proto::rate_limit_response::Code;
 
@@ -156,6 +156,20 @@ impl Live {
 /// A gRPC code's name as tonic spells it (`Unavailable`, `DeadlineExceeded`, ...).
 pub fn code_name(index: usize) -> String {
     format!("{:?}", tonic::Code::from(i32::try_from(index).unwrap_or(2)))
+}
+
+/// Every call of a run, warm-up and the calls still in flight at the window's end
+/// included: what the server's own counts (its metrics, the script calls Redis ran)
+/// must agree with, where a report's other figures count the measured window only.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct Totals {
+    pub sent: u64,
+    pub answered: u64,
+    pub over_limit: u64,
+    /// Calls that failed (client-side timeouts included).
+    pub errors: u64,
+    /// Calls sent but neither answered nor failed when the run gave up waiting.
+    pub in_flight: u64,
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::record::{Recorder, code_name};
+use super::record::{Recorder, Totals, code_name};
 
 /// Latency percentiles in milliseconds (of answered calls).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -60,20 +60,6 @@ pub struct Report {
     pub latency_ms: Latency,
     /// Every call of the run, warm-up included.
     pub totals: Totals,
-}
-
-/// Every call of a run, warm-up and the calls still in flight at the window's end
-/// included: what the server's own counts (its metrics, the script calls Redis ran)
-/// must agree with, where the figures above count the measured window only.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
-pub struct Totals {
-    pub sent: u64,
-    pub answered: u64,
-    pub over_limit: u64,
-    /// Calls that failed (client-side timeouts included).
-    pub errors: u64,
-    /// Calls sent but neither answered nor failed when the run gave up waiting.
-    pub in_flight: u64,
 }
 
 /// What the report is about, besides the measurements.

@@ -100,6 +100,15 @@ pub fn check_prefix(prefix: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The hash slot of `key`, as Redis computes it (CRC16/XMODEM of the hash tag, or of
+/// the whole key when it has no non-empty tag, modulo 16384). Computed here because
+/// the cluster's order needs the slot's number, which redis-rs's `Slot` does not expose; the
+/// CRC is the crate redis-rs itself uses.
+pub fn slot_of(key: &str) -> u16 {
+    let hashed = tag(key).filter(|tag| !tag.is_empty()).unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(hashed.as_bytes()) % 16384
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

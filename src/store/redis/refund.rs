@@ -21,8 +21,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::time::{Instant, timeout, timeout_at};
 
-use super::cluster::slot_of;
 use super::connect::describe;
+use super::keys::slot_of;
 use super::scripts::{self, Refund, Reply, WireOp};
 use crate::store::CounterOp;
 use crate::telemetry::ratelimited;

@@ -39,8 +39,8 @@ use crate::store::{CounterOp, StoreError};
 pub use self::acquire::CrossSlotPaths;
 use self::acquire::PathCounters;
 use self::headroom::Headroom;
-pub use self::route::slot_of;
 use self::route::{Group, Route};
+pub use super::keys::slot_of;
 
 /// A group's timeout counts against its master only when the group had at least
 /// the store's timeout divided by this left of the request's budget.

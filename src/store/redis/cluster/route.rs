@@ -13,7 +13,7 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use super::super::keys;
+use super::super::keys::slot_of;
 use super::super::nodes::Nodes;
 
 /// Where a group's call goes. The derived order (masters by address, then slots by
@@ -76,15 +76,6 @@ pub fn group(keys: &[String], nodes: Option<&Nodes>) -> Vec<Group> {
     // Routes are distinct, so the order is total: no two groups tie.
     groups.sort_unstable_by(|a, b| a.route.cmp(&b.route));
     groups
-}
-
-/// The hash slot of `key`, as Redis computes it (CRC16/XMODEM of the hash tag, or of
-/// the whole key when it has no non-empty tag, modulo 16384). Computed here because
-/// the order needs the slot's number, which redis-rs's `Slot` does not expose; the
-/// CRC is the crate redis-rs itself uses.
-pub fn slot_of(key: &str) -> u16 {
-    let hashed = keys::tag(key).filter(|tag| !tag.is_empty()).unwrap_or(key);
-    crc16::State::<crc16::XMODEM>::calculate(hashed.as_bytes()) % 16384
 }
 
 #[cfg(test)]
