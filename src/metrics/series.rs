@@ -114,7 +114,7 @@ impl<T> Valued<T> {
                     return Slot::Own(own.clone());
                 }
                 if let Some(overflow) = &series.overflow
-                    && !self.room(&inner, series)
+                    && !self.room(series.values.len(), inner.total)
                 {
                     return Slot::Folded(overflow.clone());
                 }
@@ -131,7 +131,7 @@ impl<T> Valued<T> {
         if let Some(own) = series.values.get(value) {
             return Slot::Own(own.clone());
         }
-        if series.values.len() < self.bounds.per_rule && inner.total < self.bounds.total {
+        if self.room(series.values.len(), inner.total) {
             let own = Arc::new(make(Some(value)));
             series.values.insert(value.into(), own.clone());
             inner.total += 1;
@@ -144,8 +144,9 @@ impl<T> Valued<T> {
         Slot::Folded(overflow)
     }
 
-    fn room(&self, inner: &Inner<T>, series: &RuleSeries<T>) -> bool {
-        series.values.len() < self.bounds.per_rule && inner.total < self.bounds.total
+    /// Whether a rule holding `values` series may make one more, with `total` in all.
+    fn room(&self, values: usize, total: usize) -> bool {
+        values < self.bounds.per_rule && total < self.bounds.total
     }
 
     /// Keeps the series of the rules `live` says still exist; returns the others'.

@@ -10,30 +10,15 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tollgate::proto::RateLimitServiceClient;
 
-use crate::common::process::{DEADLINE, Server, free_ports, tollgate};
+use crate::common::process::{DEADLINE, Server, serve_config, tollgate};
 use crate::common::server::{descriptor, request};
 use crate::reload::http_get;
 
 const SHADOW: &str = "domain: logs\ndescriptors:\n  - key: user\n    shadow_mode: true\n    rate_limit: {name: trial, unit: hour, requests_per_unit: 1}\n  - key: ip\n    rate_limit: {name: per_ip, unit: hour, requests_per_unit: 1}\n";
 
-/// `serve` on free ports with `config` in a fresh directory, no watcher (reloads by
-/// SIGHUP only), and `env`; ready to answer.
+/// `serve` with `config` and `env`; ready to answer.
 fn serve(config: &str, env: &[(&str, &str)]) -> (Server, tempfile::TempDir, u16, u16) {
-    let dir = tempfile::tempdir().unwrap();
-    fs::write(dir.path().join("logs.yaml"), config).unwrap();
-    let (grpc, http) = free_ports();
-    let mut command = tollgate();
-    command
-        .args(["serve", "--no-watch", "--drain-seconds", "0", "--config"])
-        .arg(dir.path())
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")]);
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    let mut server = Server::spawn(command);
-    server.wait_until_serving(grpc);
-    (server, dir, grpc, http)
+    serve_config("logs.yaml", config, &[], env)
 }
 
 /// `n` ShouldRateLimit calls for `key=value` on domain `logs`; their overall codes.

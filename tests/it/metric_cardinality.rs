@@ -12,7 +12,7 @@ use tollgate::proto::envoy::r#type::v3::RateLimitUnit;
 use tollgate::proto::rate_limit_descriptor::RateLimitOverride;
 use tollgate::proto::{RateLimitDescriptor, RateLimitRequest};
 
-use crate::common::process::{Server, free_ports, tollgate};
+use crate::common::process::{Server, serve_config};
 use crate::common::redis;
 use crate::common::server::descriptor;
 use crate::reload::http_get;
@@ -31,24 +31,21 @@ descriptors:
 
 /// `serve` with `bounds` (per rule, all) and upstream's names; ready to answer.
 fn serve(prefix: &str, bounds: (usize, usize)) -> (Server, tempfile::TempDir, u16, u16) {
-    let dir = tempfile::tempdir().unwrap();
-    fs::write(dir.path().join("card.yaml"), CONFIG).unwrap();
-    let (grpc, http) = free_ports();
-    let mut command = tollgate();
-    command
-        .args(["serve", "--no-watch", "--drain-seconds", "0", "--config"])
-        .arg(dir.path())
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .args(["--upstream-metric-names"])
-        .args(["--metric-series-per-rule", &bounds.0.to_string()])
-        .args(["--metric-series-max", &bounds.1.to_string()])
-        .env("REDIS_URL", redis::standalone().url())
-        .env("CACHE_KEY_PREFIX", prefix)
-        .env("LOG_LEVEL", "warn");
-    let mut server = Server::spawn(command);
-    server.wait_until_serving(grpc);
-    (server, dir, grpc, http)
+    let (per_rule, max) = (bounds.0.to_string(), bounds.1.to_string());
+    let args = [
+        "--upstream-metric-names",
+        "--metric-series-per-rule",
+        &per_rule,
+        "--metric-series-max",
+        &max,
+    ];
+    let redis_url = redis::standalone().url();
+    let env = [
+        ("REDIS_URL", redis_url.as_str()),
+        ("CACHE_KEY_PREFIX", prefix),
+        ("LOG_LEVEL", "warn"),
+    ];
+    serve_config("card.yaml", CONFIG, &args, &env)
 }
 
 /// The request for value `n` of `kind` (`detailed`, `tenant`, `override`, `plain`).

@@ -151,3 +151,30 @@ pub fn row(table: &str, descriptor: &str) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// `serve` on free ports with `config` as `file` in a fresh directory, no watcher
+/// (reloads by SIGHUP only), no drain, `args` after the defaults and `env`; ready to
+/// answer. Returns the server, its directory (kept alive) and the gRPC and HTTP ports.
+pub fn serve_config(
+    file: &str,
+    config: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Server, tempfile::TempDir, u16, u16) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::write(dir.path().join(file), config).expect("write the config");
+    let (grpc, http) = free_ports();
+    let mut command = tollgate();
+    command
+        .args(["serve", "--no-watch", "--drain-seconds", "0", "--config"])
+        .arg(dir.path())
+        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+        .args(["--http-addr", &format!("127.0.0.1:{http}")])
+        .args(args);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut server = Server::spawn(command);
+    server.wait_until_serving(grpc);
+    (server, dir, grpc, http)
+}
