@@ -8,14 +8,14 @@
 -- what its commands cost, and a value is the cheapest state there is: a counter of
 -- the current window is read with GET and written with INCRBY (in place, its TTL
 -- kept); a new window is one SET with its TTL (a hash took HSET and PEXPIRE). Exact
--- in Lua's doubles: c stays below 2^33 (a u32 limit plus one u32 charge), so the
--- whole number stays below 2^53. Keys written by tollgate before this layout are
+-- in Lua's doubles: c is kept below 2^33 (see save), so the whole number stays
+-- below 2^53. Keys written by tollgate before this layout are
 -- hashes: `load` reads them (WRONGTYPE), and the next write replaces them with a
 -- value, so counts carry over an upgrade.
 
 local fixed_window = {}
 
-local SHIFT = 1048576
+local SHIFT, CAP = 1048576, 8589934591
 
 -- The window's start and reset depend only on the spec and the call's one clock: they
 -- are computed once per call and kept in the spec's table (p), which lives as long,
@@ -94,12 +94,17 @@ end
 -- window already has it (INCRBY keeps a TTL), so only a new window (or a legacy hash)
 -- sets it, in the one SET that writes the value.
 function fixed_window.save(key, s, p, now_ms, injected, _, stored)
+  -- Charges consume whatever the answer, so a count may pass its limit by any amount;
+  -- past CAP (far above any u32 limit plus a u32 cost) every answer is the same, and
+  -- c * 2^20 must stay below 2^53 to keep the window's bits exact.
+  local c = s.c
+  if c > CAP then c = CAP end
   if stored.w == s.w and not stored.legacy then
-    redis.call('INCRBY', key, text(p, 'fw_add', (s.c - stored.c) * SHIFT))
+    redis.call('INCRBY', key, text(p, 'fw_add', (c - stored.c) * SHIFT))
     return
   end
   local window = max(floor(p.window / 1000), 1)
-  local value = text(p, 'fw_set', s.c * SHIFT + (s.w / window) % SHIFT)
+  local value = text(p, 'fw_set', c * SHIFT + (s.w / window) % SHIFT)
   if injected then
     redis.call('SET', key, value)
     return
