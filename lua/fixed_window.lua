@@ -1,8 +1,9 @@
 -- fixed_window.lua: mirrors src/algorithm/fixed_window.rs.
--- State: one integer (a string value), c * 2^20 + the window's number mod 2^20 (the
--- number of windows since the epoch: windows are aligned to it, so every replica and
--- shard agrees on the boundaries). The key names the counter, not the window; a new
--- window is told by the low bits.
+-- State: one integer (a string value), c * 2^20 + the window's start (seconds since
+-- the epoch) mod 2^20. Windows are aligned to the epoch, so every replica and shard
+-- agrees on the boundaries. The key names the counter, not the window; a new window
+-- is told by the low bits (two starts share them only 2^20 s, 12 days, apart, and a
+-- value never outlives its window's TTL).
 --
 -- Why one integer and not a hash {w, c}: on distinct counters a decision costs Redis
 -- what its commands cost, and a value is the cheapest state there is: a counter of
@@ -24,7 +25,7 @@ local function current(p, now_ms)
   local window = max(floor(p.window / 1000), 1)
   local now = floor(now_ms / 1000)
   local start = now - (now % window)
-  p.fw_start, p.fw_reset, p.fw_low = start, (window - (now % window)) * 1000, (start / window) % SHIFT
+  p.fw_start, p.fw_reset, p.fw_low = start, (window - (now % window)) * 1000, start % SHIFT
   return start
 end
 
@@ -103,8 +104,7 @@ function fixed_window.save(key, s, p, now_ms, injected, _, stored)
     redis.call('INCRBY', key, text(p, 'fw_add', (c - stored.c) * SHIFT))
     return
   end
-  local window = max(floor(p.window / 1000), 1)
-  local value = text(p, 'fw_set', c * SHIFT + (s.w / window) % SHIFT)
+  local value = text(p, 'fw_set', c * SHIFT + s.w % SHIFT)
   if injected then
     redis.call('SET', key, value)
     return
@@ -112,6 +112,7 @@ function fixed_window.save(key, s, p, now_ms, injected, _, stored)
   -- Every save of this spec in this call is in the one window of the call's clock.
   local ttl = p.fw_ttl
   if ttl == nil then
+    local window = max(floor(p.window / 1000), 1)
     ttl = ttl_ms((s.w + window) * 1000 - now_ms)
     p.fw_ttl = ttl
   end
@@ -121,7 +122,6 @@ end
 function fixed_window.refund(key, p, token, cost)
   local v = redis.pcall('GET', key)
   if v == false then return end
-  local window = max(floor(p.window / 1000), 1)
   if type(v) == 'table' then
     local s = legacy(key)
     local back = min(s.c, cost)
@@ -130,7 +130,7 @@ function fixed_window.refund(key, p, token, cost)
   end
   local n = tonumber(v) or 0
   local low = n % SHIFT
-  if low == (token / window) % SHIFT then
+  if low == token % SHIFT then
     local back = min((n - low) / SHIFT, cost)
     if back > 0 then redis.call('INCRBY', key, int(-back * SHIFT)) end
   end

@@ -49,7 +49,7 @@ pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
     (state.window_start + window_secs(params)) * 1000
 }
 
-/// How many low bits of the stored value name the window (`lua/fixed_window.lua`).
+/// How many low bits of the stored value hold the window's start (`lua/fixed_window.lua`).
 pub const VALUE_SHIFT: u32 = 20;
 
 /// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/fixed_window.lua`.
@@ -74,7 +74,7 @@ impl Model for FixedWindow {
         expires_at_ms(state, params)
     }
 
-    // fixed_window.lua: one integer, hits * 2^20 + the window's number mod 2^20; a
+    // fixed_window.lua: one integer, hits * 2^20 + the window's start (unix s) mod 2^20; a
     // hash {w = window start (unix s), c = hits} from releases before that layout
     // until its next write replaces it.
     fn describe(stored: &Stored) -> String {
@@ -88,7 +88,7 @@ impl Model for FixedWindow {
         }
         match stored.value().parse::<u64>() {
             Ok(n) => format!(
-                "count {} in the window numbered {} (windows since the epoch, mod 2^20)",
+                "count {} in the window from {} (unix s, mod 2^20)",
                 n >> VALUE_SHIFT,
                 n & ((1 << VALUE_SHIFT) - 1)
             ),
