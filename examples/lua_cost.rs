@@ -11,8 +11,10 @@
 //! `INFO commandstats`, and reports the best round's EVALSHA `usec_per_call` and that
 //! divided by N: microseconds of script time per decision.
 //!
-//! Two key layouts: `hot` (every operation of every call on one counter: one
-//! descriptor under load) and `spread` (N counters, each hit once per call). With
+//! Three key layouts: `hot` (every operation of every call on one counter: one
+//! descriptor under load), `spread` (N counters, each hit once per call, the same N in
+//! every call) and `cold` (every operation on a counter never seen before, as most of
+//! a distinct-key load's are: the key is created and gets its TTL). With
 //! `--descriptors D` each request has D operations, on D counters (hot: the same D in
 //! every request, as the bench's D-descriptor body; spread: D of its own), and the
 //! time per decision divides by N x D.
@@ -167,36 +169,52 @@ fn measure(
     con: &mut redis::Connection,
     algorithm: Algorithm,
     (n, d): (usize, usize),
-    hot: bool,
+    layout: Layout,
     calls: usize,
 ) -> redis::RedisResult<f64> {
     let _: () = redis::cmd("FLUSHALL").query(con)?;
     let wire = vec![WireOp::new(&op(algorithm)); d];
-    let keys: Vec<Vec<String>> = (0..n)
-        .map(|i| {
-            (0..d)
-                .map(|j| {
-                    let request = if hot { 0 } else { i };
-                    format!("lua_cost:{}:{request}:{j}", algorithm.name())
-                })
-                .collect()
-        })
-        .collect();
-    let segments: Vec<Segment<'_, String>> = keys
-        .iter()
-        .map(|k| Segment {
-            keys: k,
-            ops: &wire,
-            dry_run: false,
-        })
-        .collect();
-    let cmd = scripts::batch_cmd(&segments, None);
+    // A call's command: `call` names fresh counters in the cold layout.
+    let command = |call: usize| {
+        let keys: Vec<Vec<String>> = (0..n)
+            .map(|i| {
+                (0..d)
+                    .map(|j| {
+                        // As long as a real counter key (prefix, domain, entries, tail).
+                        let name = algorithm.name();
+                        match layout {
+                            Layout::Hot => format!("lua_cost_{{bench\x1fkey{j}\x1f0}}{name}"),
+                            Layout::Spread => format!("lua_cost_{{bench\x1fkey{j}\x1f{i}}}{name}"),
+                            Layout::Cold => {
+                                format!("lua_cost_{{bench\x1fkey{j}\x1f{call}.{i}}}{name}")
+                            }
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let segments: Vec<Segment<'_, String>> = keys
+            .iter()
+            .map(|k| Segment {
+                keys: k,
+                ops: &wire,
+                dry_run: false,
+            })
+            .collect();
+        scripts::batch_cmd(&segments, None)
+    };
+    let mut cmd = command(0);
+    let mut call = 0;
     // The best of ROUNDS rounds: commandstats times are wall-clock, and other
     // processes on the machine only ever add to them.
     let mut best = f64::INFINITY;
     for _ in 0..ROUNDS {
         let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con)?;
         for _ in 0..calls.div_ceil(ROUNDS) {
+            if layout == Layout::Cold {
+                call += 1;
+                cmd = command(call);
+            }
             let reply: Vec<u8> = cmd.query(con)?;
             if let Err(e) = scripts::parse_batch_reply(&reply, n * d) {
                 return Err(redis::RedisError::from((
@@ -210,6 +228,24 @@ fn measure(
         best = best.min(usec as f64 / made.max(1) as f64);
     }
     Ok(best)
+}
+
+/// Which counters a call's operations hit (see the module's header).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Hot,
+    Spread,
+    Cold,
+}
+
+impl Layout {
+    fn name(self) -> &'static str {
+        match self {
+            Layout::Hot => "hot",
+            Layout::Spread => "spread",
+            Layout::Cold => "cold",
+        }
+    }
 }
 
 /// Rounds per measurement (see [`measure`]).
@@ -240,17 +276,17 @@ fn main() {
         if !o.algorithms.is_empty() && !o.algorithms.contains(&algorithm) {
             continue;
         }
-        for hot in [true, false] {
+        for layout in [Layout::Hot, Layout::Spread, Layout::Cold] {
             for &n in &o.sizes {
-                if !hot && n == 1 {
+                if layout == Layout::Spread && n == 1 {
                     continue;
                 }
                 let d = o.descriptors;
-                match measure(&mut con, algorithm, (n, d), hot, o.calls) {
+                match measure(&mut con, algorithm, (n, d), layout, o.calls) {
                     Ok(per_call) => println!(
                         "| {} | {} | {n} | {per_call:.1} | {:.2} |",
                         algorithm.name(),
-                        if hot { "hot" } else { "spread" },
+                        layout.name(),
                         per_call / (n * d) as f64
                     ),
                     Err(e) => {

@@ -1,29 +1,55 @@
 -- fixed_window.lua: mirrors src/algorithm/fixed_window.rs.
--- State: hash {w = window start (s since the epoch), c = hits in that window}. Windows
--- are aligned to the epoch so every replica and shard agrees on the boundaries; the
--- key names the counter, not the window, and a new window is detected by w.
+-- State: one integer (a string value), c * 2^20 + the window's start (seconds since
+-- the epoch) mod 2^20. Windows are aligned to the epoch, so every replica and shard
+-- agrees on the boundaries. The key names the counter, not the window; a new window
+-- is told by the low bits (two starts share them only 2^20 s, 12 days, apart, and a
+-- value never outlives its window's TTL).
+--
+-- Why one integer and not a hash {w, c}: on distinct counters a decision costs Redis
+-- what its commands cost, and a value is the cheapest state there is: a counter of
+-- the current window is read with GET and written with INCRBY (in place, its TTL
+-- kept); a new window is one SET with its TTL (a hash took HSET and PEXPIRE). Exact
+-- in Lua's doubles: c is kept below 2^33 (see save), so the whole number stays
+-- below 2^53. Keys written by tollgate before this layout are
+-- hashes: `load` reads them (WRONGTYPE), and the next write replaces them with a
+-- value, so counts carry over an upgrade.
 
 local fixed_window = {}
 
+local SHIFT, CAP = 1048576, 8589934591
+
 -- The window's start and reset depend only on the spec and the call's one clock: they
 -- are computed once per call and kept in the spec's table (p), which lives as long,
--- with the start as Redis stores it.
+-- with the low bits the window's value carries.
 local function current(p, now_ms)
   local window = max(floor(p.window / 1000), 1)
   local now = floor(now_ms / 1000)
   local start = now - (now % window)
-  p.fw_start, p.fw_reset, p.fw_text = start, (window - (now % window)) * 1000, int(start)
+  p.fw_start, p.fw_reset, p.fw_low = start, (window - (now % window)) * 1000, start % SHIFT
   return start
 end
 
--- A counter of the current window, the common case, has the start as its w: read
--- without tonumber.
-function fixed_window.load(key, p, now_ms)
+-- The state a value holds for the current window: w is the window's start when the
+-- low bits name it, -1 (any other window) when not.
+local function parse(v, p, start)
+  local n = tonumber(v) or 0
+  local low = n % SHIFT
+  if low == p.fw_low then return { w = start, c = (n - low) / SHIFT } end
+  return { w = -1, c = 0 }
+end
+
+-- A hash from before the value layout: {w = window start (s), c = hits}.
+local function legacy(key)
   local h = redis.call('HMGET', key, 'w', 'c')
+  return { w = tonumber(h[1]) or -1, c = tonumber(h[2]) or 0, legacy = true }
+end
+
+function fixed_window.load(key, p, now_ms)
   local start = p.fw_start or current(p, now_ms)
-  local w = h[1]
-  if w == p.fw_text then w = start else w = tonumber(w) or -1 end
-  return { w = w, c = tonumber(h[2]) or 0 }
+  local v = redis.pcall('GET', key)
+  if v == false then return { w = -1, c = 0 } end
+  if type(v) == 'table' then return legacy(key) end
+  return parse(v, p, start)
 end
 
 function fixed_window.decide(s, p, now_ms, cost, _, reuse)
@@ -48,22 +74,65 @@ function fixed_window.decide(s, p, now_ms, cost, _, reuse)
   return { w = start, c = count }, -1, reset_ms, retry, 0
 end
 
--- TTL: the rest of the window, an instant fixed by w: a key stored in the same
--- window already has it (HSET keeps a TTL), and its w, so only a new window sets them.
+-- A number as text once per call and spec: formatting one costs Redis more than the
+-- INCRBY it goes into, and the counters of one spec mostly add the same cost in the
+-- same window (so write the same values, with the same TTL).
+local function text(p, field, n)
+  local cache = p[field]
+  if cache == nil then
+    cache = {}
+    p[field] = cache
+  end
+  local t = cache[n]
+  if t == nil then
+    t = int(n)
+    cache[n] = t
+  end
+  return t
+end
+
+-- TTL: the rest of the window, an instant fixed by w: a value stored in the same
+-- window already has it (INCRBY keeps a TTL), so only a new window (or a legacy hash)
+-- sets it, in the one SET that writes the value.
 function fixed_window.save(key, s, p, now_ms, injected, _, stored)
-  if stored.w == s.w then
-    redis.call('HSET', key, 'c', int(s.c))
+  -- Charges consume whatever the answer, so a count may pass its limit by any amount;
+  -- past CAP (far above any u32 limit plus a u32 cost) every answer is the same, and
+  -- c * 2^20 must stay below 2^53 to keep the window's bits exact.
+  local c = s.c
+  if c > CAP then c = CAP end
+  if stored.w == s.w and not stored.legacy then
+    redis.call('INCRBY', key, text(p, 'fw_add', (c - stored.c) * SHIFT))
     return
   end
-  redis.call('HSET', key, 'w', int(s.w), 'c', int(s.c))
-  local window = max(floor(p.window / 1000), 1)
-  pexpire(key, (s.w + window) * 1000 - now_ms, injected)
+  local value = text(p, 'fw_set', c * SHIFT + s.w % SHIFT)
+  if injected then
+    redis.call('SET', key, value)
+    return
+  end
+  -- Every save of this spec in this call is in the one window of the call's clock.
+  local ttl = p.fw_ttl
+  if ttl == nil then
+    local window = max(floor(p.window / 1000), 1)
+    ttl = ttl_ms((s.w + window) * 1000 - now_ms)
+    p.fw_ttl = ttl
+  end
+  redis.call('SET', key, value, 'PX', ttl)
 end
 
 function fixed_window.refund(key, p, token, cost)
-  local h = redis.call('HMGET', key, 'w', 'c')
-  if tonumber(h[1]) == token then
-    local back = min(tonumber(h[2]) or 0, cost)
-    if back > 0 then redis.call('HINCRBY', key, 'c', -back) end
+  local v = redis.pcall('GET', key)
+  if v == false then return end
+  if type(v) == 'table' then
+    local s = legacy(key)
+    local back = min(s.c, cost)
+    if s.w == token and back > 0 then redis.call('HINCRBY', key, 'c', -back) end
+    return
+  end
+  local n = tonumber(v) or 0
+  local low = n % SHIFT
+  if low == token % SHIFT then
+    local back = min((n - low) / SHIFT, cost)
+    if back > 0 then redis.call('INCRBY', key, int(-back * SHIFT)) end
   end
 end
+

@@ -49,6 +49,9 @@ pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
     (state.window_start + window_secs(params)) * 1000
 }
 
+/// How many low bits of the stored value hold the window's start (`lua/fixed_window.lua`).
+pub const VALUE_SHIFT: u32 = 20;
+
 /// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/fixed_window.lua`.
 pub struct FixedWindow;
 
@@ -60,7 +63,7 @@ impl Model for FixedWindow {
     const MAX_LIMIT: Option<u64> = None;
     const ALLOWS_ZERO_RATE: bool = true;
     const TAKES_MAX_DELAY: bool = false;
-    const LAYOUT: Layout = Layout::Hash;
+    const LAYOUT: Layout = Layout::Value;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
@@ -71,13 +74,26 @@ impl Model for FixedWindow {
         expires_at_ms(state, params)
     }
 
-    // fixed_window.lua: {w = window start (unix s), c = hits in it}
+    // fixed_window.lua: one integer, hits * 2^20 + the window's start (unix s) mod 2^20; a
+    // hash {w = window start (unix s), c = hits} from releases before that layout
+    // until its next write replaces it.
     fn describe(stored: &Stored) -> String {
-        format!(
-            "count {} in the window from {} (unix s)",
-            stored.field("c"),
-            stored.field("w")
-        )
+        if let Stored::Hash(_) = stored {
+            return format!(
+                "count {} in the window from {} (unix s; the hash of earlier releases, \
+                 replaced by a value at its next hit)",
+                stored.field("c"),
+                stored.field("w")
+            );
+        }
+        match stored.value().parse::<u64>() {
+            Ok(n) => format!(
+                "count {} in the window from {} (unix s, mod 2^20)",
+                n >> VALUE_SHIFT,
+                n & ((1 << VALUE_SHIFT) - 1)
+            ),
+            Err(_) => format!("an unreadable value {:?}", stored.value()),
+        }
     }
 
     fn heap_bytes(_: &State) -> usize {

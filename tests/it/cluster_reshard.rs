@@ -59,10 +59,7 @@ fn ids(cluster: &RedisCluster) -> BTreeMap<String, String> {
 
 /// The count a fixed-window counter holds on the node at `port` (0 when absent).
 fn count_at(port: u16, key: &str) -> u64 {
-    redis_cli(port, &["HGET", key, "c"])
-        .trim()
-        .parse()
-        .unwrap_or(0)
+    common::redis::fixed_window_count(&redis_cli(port, &["GET", key]))
 }
 
 /// [`count_at`] on a node importing the key's slot (ASKING first, as a client sent
@@ -71,15 +68,14 @@ fn count_asking(port: u16, key: &str) -> u64 {
     let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}"))
         .and_then(|c| c.get_connection())
         .expect("connect");
-    let (count,): (Option<u64>,) = redis::pipe()
+    let (stored,): (Option<String>,) = redis::pipe()
         .cmd("ASKING")
         .ignore()
-        .cmd("HGET")
+        .cmd("GET")
         .arg(key)
-        .arg("c")
         .query(&mut connection)
-        .expect("ASKING HGET");
-    count.unwrap_or(0)
+        .expect("ASKING GET");
+    common::redis::fixed_window_count(&stored.unwrap_or_default())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,10 +260,10 @@ async fn keys_moving_between_masters_mid_run_are_never_over_admitted() {
     let held: u64 = (0..COUNTERS)
         .map(|c| {
             let key = keys::encode(&prefix, &ops[c].key);
-            common::redis::redis_cli_cluster(&cluster, &["HGET", &key, "c"])
-                .trim()
-                .parse::<u64>()
-                .unwrap_or(0)
+            common::redis::fixed_window_count(&common::redis::redis_cli_cluster(
+                &cluster,
+                &["GET", &key],
+            ))
         })
         .sum();
     let admitted: u64 = seen.admitted.iter().sum();

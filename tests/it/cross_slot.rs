@@ -93,10 +93,10 @@ fn count(prefix: &str, entries: &str) -> u64 {
 fn count_in(cluster: &common::redis::RedisCluster, prefix: &str, entries: &str) -> u64 {
     let keys = common::redis::scan_keys(&cluster.nodes(), &format!("{prefix}*:{entries}:*"));
     assert_eq!(keys.len(), 1, "one key for {entries}: {keys:?}");
-    common::redis::redis_cli_cluster(cluster, &["HGET", &keys[0], "c"])
-        .trim()
-        .parse()
-        .unwrap_or(0)
+    common::redis::fixed_window_count(&common::redis::redis_cli_cluster(
+        cluster,
+        &["GET", &keys[0]],
+    ))
 }
 
 fn slot(tag: &str) -> u16 {
@@ -229,7 +229,8 @@ async fn a_refunded_denial_is_not_served_from_a_cache() {
     // What refund.lua does to a fixed window: the count goes back down.
     let cluster = common::redis::cluster();
     let keys = common::redis::scan_keys(&cluster.nodes(), &format!("{prefix}*:a=k:*"));
-    common::redis::redis_cli_cluster(cluster, &["HINCRBY", &keys[0], "c", "-1"]);
+    let hit = (1u64 << tollgate::algorithm::fixed_window::VALUE_SHIFT).to_string();
+    common::redis::redis_cli_cluster(cluster, &["DECRBY", &keys[0], &hit]);
     assert_eq!(
         admitted(&fire(&servers, one()).await),
         1,

@@ -190,10 +190,10 @@ async fn multi_slot_requests_leave_exact_counts() {
     for key in &keys {
         let rest = key.rsplit_once("}:").expect("tagged key").1;
         let entries = rest.split(':').nth(1).expect("entries part");
-        let count: u64 = common::redis::redis_cli_cluster(cluster, &["HGET", key, "c"])
-            .trim()
-            .parse()
-            .unwrap_or(0);
+        let count = common::redis::fixed_window_count(&common::redis::redis_cli_cluster(
+            cluster,
+            &["GET", key],
+        ));
         let limit = if entries.contains("user=") {
             8
         } else if entries.starts_with("route=") {

@@ -1,7 +1,7 @@
 //! What the batch script does inside Redis for one call, counted by Redis itself
 //! (`INFO commandstats` of a private server): a counter that many requests of one call
 //! touch is read once and written once, its TTL set only when its window starts, its
-//! fields stored as plain decimals; and a call with a malformed operation or run
+//! state stored as one plain decimal; and a call with a malformed operation or run
 //! length fails whole, writing nothing. Script time itself
 //! is measured by `examples/lua_cost.rs` (BENCHMARKS.md), not asserted here: timings
 //! on a shared machine are not a test.
@@ -12,7 +12,7 @@ use crate::differential::loaded_connection;
 use std::sync::Arc;
 
 use tollgate::algorithm::{Algorithm, Params};
-use tollgate::store::redis::scripts::{self, Segment, WireOp};
+use tollgate::store::redis::scripts::{self, Refund, Segment, WireOp};
 use tollgate::store::{CounterKey, CounterOp};
 
 /// `calls=` of `command` in `INFO commandstats` (0 when never called).
@@ -106,34 +106,113 @@ async fn a_hot_counter_is_read_and_written_once_per_call() {
             "call {call}: each request sees the ones before"
         );
         windows.push(replies[0].token);
-        assert_eq!(calls(port, "hmget"), call, "one read per call");
-        assert_eq!(calls(port, "hset"), call, "one write per call");
+        assert_eq!(calls(port, "get"), call, "one read per call");
+        assert_eq!(
+            calls(port, "set") + calls(port, "incrby"),
+            call,
+            "one write per call"
+        );
     }
-    // The TTL is the window's end: set by the call that starts a window, kept after.
-    let expected_ttls = if windows[0] == windows[1] { 1 } else { 2 };
-    assert_eq!(calls(port, "pexpire"), expected_ttls, "windows {windows:?}");
+    // The TTL is the window's end: set (in the SET that writes the value) by the call
+    // that starts a window, kept by the INCRBY of a later one.
+    let expected_sets = if windows[0] == windows[1] { 1 } else { 2 };
+    assert_eq!(calls(port, "set"), expected_sets, "windows {windows:?}");
+    assert_eq!(calls(port, "pexpire"), 0, "no TTL command of its own");
     let ttl: i64 = redis::cmd("PTTL")
         .arg(&keys[0])
         .query_async(&mut conn)
         .await
         .expect("PTTL");
     assert!(ttl > 0 && ttl <= 86_400_000, "PTTL {ttl}");
-    // Stored as before: the window start and the count as plain decimals.
-    let stored: Vec<(String, String)> = redis::cmd("HGETALL")
+    // Stored as one decimal: the hits, then the window's start in the low bits.
+    let stored: String = redis::cmd("GET")
         .arg(&keys[0])
         .query_async(&mut conn)
         .await
-        .expect("HGETALL");
+        .expect("GET");
+    let hits = if windows[0] == windows[1] { 26 } else { 13 };
+    let window_bits = windows[1] % (1 << 20);
     assert_eq!(
         stored,
-        [
-            ("w".to_string(), windows[1].to_string()),
-            (
-                "c".to_string(),
-                (if windows[0] == windows[1] { 26 } else { 13 }).to_string()
-            ),
-        ]
+        ((hits << tollgate::algorithm::fixed_window::VALUE_SHIFT) + window_bits).to_string()
     );
+}
+
+/// A fixed window that a release before the value layout stored as a hash {w, c}
+/// keeps its count across the upgrade: read as a hash, written back as a value (with
+/// the window's TTL); a hash of a window gone by counts nothing; and a refund on a
+/// hash not yet rewritten gives back into the hash.
+#[tokio::test]
+async fn a_fixed_window_stored_as_a_hash_by_an_earlier_release_carries_over() {
+    let redis =
+        common::redis::custom::private_standalone("script_work_legacy").expect("private redis");
+    let mut conn = loaded_connection(&redis).await;
+    let _: String = scripts::REFUND
+        .prepare_invoke()
+        .load_async(&mut conn)
+        .await
+        .expect("SCRIPT LOAD refund");
+    let (secs, _): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .expect("TIME");
+    let today = secs - secs % 86_400;
+    let wire = [WireOp::new(&fixed_window_op(1000))];
+    let decide = async |conn: &mut redis::aio::MultiplexedConnection, key: &str| {
+        let keys = [key.to_string()];
+        let reply: Vec<u8> = scripts::batch_cmd(&alike(&keys, &wire, 1), None)
+            .query_async(conn)
+            .await
+            .expect("batch script runs");
+        scripts::parse_batch_reply(&reply, 1).expect("well-formed reply")[0]
+            .decision
+            .remaining
+    };
+    let legacy = |key: &str, w: u64, c: u64| {
+        let (w, c) = (w.to_string(), c.to_string());
+        common::redis::redis_cli(redis.port(), &["HSET", key, "w", &w, "c", &c]);
+        common::redis::redis_cli(redis.port(), &["PEXPIRE", key, "3600000"]);
+    };
+
+    legacy("legacy:current", today, 5);
+    assert_eq!(
+        decide(&mut conn, "legacy:current").await,
+        994,
+        "5 carried over"
+    );
+    let kind = common::redis::redis_cli(redis.port(), &["TYPE", "legacy:current"]);
+    assert_eq!(kind, "string", "rewritten as a value");
+    let stored = common::redis::redis_cli(redis.port(), &["GET", "legacy:current"]);
+    assert_eq!(common::redis::fixed_window_count(&stored), 6);
+    let ttl: i64 = common::redis::redis_cli(redis.port(), &["PTTL", "legacy:current"])
+        .parse()
+        .expect("PTTL");
+    assert!(ttl > 0 && ttl <= 86_400_000, "the window's TTL, PTTL {ttl}");
+    assert_eq!(
+        decide(&mut conn, "legacy:current").await,
+        993,
+        "then as a value"
+    );
+
+    legacy("legacy:yesterday", today - 86_400, 999);
+    assert_eq!(
+        decide(&mut conn, "legacy:yesterday").await,
+        999,
+        "a new window"
+    );
+
+    legacy("legacy:refund", today, 5);
+    let refund = Refund {
+        key: "legacy:refund".to_string(),
+        op: wire[0].clone(),
+        token: i64::try_from(today).expect("a start in range"),
+    };
+    let _: i64 = scripts::refund_cmd(&[&refund])
+        .query_async(&mut conn)
+        .await
+        .expect("refund runs");
+    let count = common::redis::redis_cli(redis.port(), &["HGET", "legacy:refund", "c"]);
+    assert_eq!(count, "4", "given back into the hash");
 }
 
 /// A hot counter's requests travel as one pair with a run length (the last

@@ -60,10 +60,17 @@ pub async fn read(
                 let members: u64 = connection.zcard(&key).await.map_err(unavailable)?;
                 (members > 0).then_some(Stored::SortedSet { members })
             }
-            Layout::Value => {
-                let value: Option<String> = connection.get(&key).await.map_err(unavailable)?;
-                value.map(Stored::Value)
-            }
+            Layout::Value => match connection.get::<_, Option<String>>(&key).await {
+                Ok(value) => value.map(Stored::Value),
+                // A fixed window written before its value layout is still a hash
+                // (its next hit replaces it): read it as one.
+                Err(e) if e.code() == Some("WRONGTYPE") => {
+                    let fields: Vec<(String, String)> =
+                        connection.hgetall(&key).await.map_err(unavailable)?;
+                    (!fields.is_empty()).then_some(Stored::Hash(fields))
+                }
+                Err(e) => return Err(unavailable(e)),
+            },
         }
         .map(|stored| algorithm.describe(&stored));
         // PTTL: -2 no key, -1 no expiry (never written so by tollgate).

@@ -99,3 +99,9 @@ pub(super) fn run(command: &mut Command, timeout: Duration) -> Result<Output, St
         }
     }
 }
+
+/// The hits a fixed-window counter's stored value holds (`GET` output; 0 when absent):
+/// the value is hits * 2^VALUE_SHIFT + the window's start mod 2^20 (`lua/fixed_window.lua`).
+pub fn fixed_window_count(stored: &str) -> u64 {
+    stored.trim().parse::<u64>().unwrap_or(0) >> tollgate::algorithm::fixed_window::VALUE_SHIFT
+}

@@ -29,7 +29,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 // The public helpers, reachable as `common::redis::NAME`.
-pub use self::commands::{cli, info_field, redis_cli, redis_cli_cluster, try_redis_cli};
+pub use self::commands::{
+    cli, fixed_window_count, info_field, redis_cli, redis_cli_cluster, try_redis_cli,
+};
 pub use self::keys::{KeyTarget, keyslot, pttl, scan_keys, unique_prefix};
 pub use self::topology::{ClusterNode, cluster_nodes};
 
