@@ -21,5 +21,6 @@ mod e2e_envoy;
 mod e2e_xds;
 mod envoy_gateway;
 mod interop_python;
+mod rlqs;
 mod xds_plane;
 mod xds_sotw;

@@ -51,6 +51,7 @@ mod redis_harness;
 mod redis_tls;
 mod reload;
 mod resilience;
+mod rlqs;
 mod script_calls;
 mod script_work;
 mod secrets;
