@@ -95,11 +95,8 @@ impl StreamState {
         let domain = self.domain.clone().unwrap_or_default();
         let config = rlqs.limiter.config();
         let now = Instant::now();
-        let mut usages: Vec<(u64, BucketQuotaUsage)> =
-            message.bucket_quota_usages.into_iter().collect();
-        usages.sort_by_key(|(index, _)| *index);
-        let mut steps = Vec::with_capacity(usages.len());
-        for (index, usage) in usages {
+        let mut steps = Vec::with_capacity(message.bucket_quota_usages.len());
+        for (index, usage) in (0u64..).zip(message.bucket_quota_usages) {
             let (key, entries, id) =
                 validate(index, usage.bucket_id.as_ref(), options.max_bucket_id_bytes)?;
             let target = bucket::resolve(

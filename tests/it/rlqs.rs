@@ -3,7 +3,6 @@
 //! cluster: two replicas divide one limit); free buckets are allowed in full; a stream
 //! that breaks a rule or a bound ends alone with a clear status.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,19 +116,16 @@ fn bucket(entries: &[(&str, &str)]) -> BucketId {
 fn reports(domain: &str, id: BucketId, requests: u64, elapsed: i64) -> RateLimitQuotaUsageReports {
     RateLimitQuotaUsageReports {
         domain: domain.to_owned(),
-        bucket_quota_usages: HashMap::from([(
-            7,
-            BucketQuotaUsage {
-                bucket_id: Some(id),
-                time_elapsed: Some(prost_types::Duration {
-                    seconds: elapsed,
-                    nanos: 0,
-                }),
-                num_requests_allowed: requests / 2,
-                num_requests_denied: requests - requests / 2,
-                last_report: None,
-            },
-        )]),
+        bucket_quota_usages: vec![BucketQuotaUsage {
+            bucket_id: Some(id),
+            time_elapsed: Some(prost_types::Duration {
+                seconds: elapsed,
+                nanos: 0,
+            }),
+            num_requests_allowed: requests / 2,
+            num_requests_denied: requests - requests / 2,
+            last_report: None,
+        }],
     }
 }
 
