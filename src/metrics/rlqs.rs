@@ -28,6 +28,13 @@ struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WhyLabel {
+    domain: String,
+    rule: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: &'static str,
 }
@@ -38,7 +45,7 @@ pub struct RlqsMetrics {
     buckets: Family<RuleLabel, Gauge>,
     assigned: Family<RuleLabel, Gauge<f64, AtomicU64>>,
     reported: Family<OutcomeLabel, Counter>,
-    allowed_in_full: Family<OutcomeLabel, Counter>,
+    allowed_in_full: Family<WhyLabel, Counter>,
     stream_errors: Family<ReasonLabel, Counter>,
     ledger_errors: Counter,
 }
@@ -143,10 +150,10 @@ impl RlqsMetrics {
     }
 
     pub fn allowed_in_full(&self, domain: &str, rule_path: &str, reason: &'static str) {
-        let label = OutcomeLabel {
+        let label = WhyLabel {
             domain: domain.to_owned(),
             rule: rule_path.to_owned(),
-            outcome: reason,
+            reason,
         };
         self.allowed_in_full.get_or_create(&label).inc();
     }

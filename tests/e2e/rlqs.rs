@@ -171,18 +171,18 @@ fn envoy(
 /// A blocking HTTP/1.1 client on one kept-alive connection (reopened when it breaks):
 /// a request costs a loopback round trip, so one thread can offer 25 requests a second
 /// on a loaded machine.
-struct KeepAlive {
+pub(crate) struct KeepAlive {
     addr: SocketAddr,
     stream: Option<BufReader<TcpStream>>,
 }
 
 impl KeepAlive {
-    fn new(addr: SocketAddr) -> Self {
+    pub(crate) fn new(addr: SocketAddr) -> Self {
         Self { addr, stream: None }
     }
 
     /// The status of one `GET /`, retried once on a fresh connection.
-    fn get(&mut self) -> u16 {
+    pub(crate) fn get(&mut self) -> u16 {
         for _ in 0..2 {
             if let Ok(status) = self.try_get() {
                 return status;

@@ -36,6 +36,16 @@ async fn start(
     options: RlqsOptions,
     prefix: &str,
 ) -> (SocketAddr, oneshot::Sender<()>) {
+    let (grpc, _http, stop) = start_http(ledger, options, prefix).await;
+    (grpc, stop)
+}
+
+/// [`start`], also returning the HTTP port.
+async fn start_http(
+    ledger: Arc<dyn Ledger>,
+    options: RlqsOptions,
+    prefix: &str,
+) -> (SocketAddr, SocketAddr, oneshot::Sender<()>) {
     let limiter = Arc::new(Limiter::new(
         config(YAML),
         Arc::new(MemoryStore::new()),
@@ -45,6 +55,7 @@ async fn start(
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let listeners = Listeners::bind(any, any).await.unwrap();
     let addr = listeners.grpc_addr();
+    let http = listeners.http_addr();
     let (tx, rx) = oneshot::channel::<()>();
     let serve = ServeOptions {
         rlqs: Some(rlqs),
@@ -53,7 +64,7 @@ async fn start(
     tokio::spawn(server::run_with(listeners, limiter, serve, async move {
         let _ = rx.await;
     }));
-    (addr, tx)
+    (addr, http, tx)
 }
 
 /// One Envoy's stream: send reports, read actions.
@@ -315,4 +326,48 @@ async fn streams_and_buckets_are_bounded() {
         status.message().contains("--rlqs-max-buckets-per-stream"),
         "{status:?}"
     );
+}
+
+/// GET `path` on `addr` (the admin port), the body.
+async fn get(addr: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.unwrap();
+    text
+}
+
+/// `/rlqs` shows the live stream, its bucket and share; `/metrics` the stream, the
+/// bucket, the assigned rate and what Envoy reported, labelled by domain and rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_page_and_metrics_show_buckets_and_shares() {
+    let (addr, http, _stop) =
+        start_http(Arc::new(MemoryLedger::new(100)), RlqsOptions::default(), "").await;
+    let mut envoy = Envoy::open(addr).await.unwrap();
+    assert_eq!(tokens(&envoy.report("api", 4, 0).await.unwrap()), 600);
+    envoy.report("free", 2, 0).await.unwrap();
+    let page = get(http, "/rlqs").await;
+    let body = &page[page.find("\r\n\r\n").expect("a body") + 4..];
+    let view: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    let buckets = &view["streams"][0]["buckets"];
+    let api = buckets
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["bucket"]["name"] == "api")
+        .expect("the api bucket");
+    assert_eq!(api["share_tokens"], 600, "{view}");
+    assert_eq!(api["rule"], "name_api", "{view}");
+    let metrics = get(http, "/metrics").await;
+    for line in [
+        "tollgate_rlqs_streams 1",
+        "tollgate_rlqs_buckets{domain=\"quota\",rule=\"name_api\"} 1",
+        "tollgate_rlqs_assigned_rate{domain=\"quota\",rule=\"name_api\"} 10.0",
+        "tollgate_rlqs_reported_requests_total{domain=\"quota\",rule=\"name_api\",outcome=\"allowed\"} 2",
+        "tollgate_rlqs_allowed_in_full_total{domain=\"quota\",rule=\"name_free\",reason=\"unlimited\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
 }
