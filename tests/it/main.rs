@@ -52,6 +52,7 @@ mod redis_tls;
 mod reload;
 mod resilience;
 mod rlqs;
+mod rlqs_lua;
 mod script_calls;
 mod script_work;
 mod secrets;
