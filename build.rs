@@ -1,6 +1,6 @@
 //! Compiles the trimmed Envoy protos in `proto/` with protox (pure Rust, so no system
 //! `protoc` is needed) and generates tonic client and server code from the result.
-//! The encoded descriptor set of the rate-limit service is also written out for gRPC
+//! The encoded descriptor set of the served services (rate limit and rate limit quota) is also written out for gRPC
 //! reflection and protojson; the xDS protos (ADS and RateLimitConfig, which tollgate
 //! only consumes as a client) are generated but stay out of it, so reflection keeps
 //! describing only what the server serves.
@@ -15,7 +15,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     served
         .include_imports(true)
         .include_source_info(false)
-        .open_file("envoy/service/ratelimit/v3/rls.proto")?;
+        .open_files([
+            "envoy/service/ratelimit/v3/rls.proto",
+            "envoy/service/rate_limit_quota/v3/rlqs.proto",
+        ])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(
         out.join("tollgate_descriptor.bin"),
@@ -26,6 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .include_source_info(false)
         .open_files([
             "envoy/service/ratelimit/v3/rls.proto",
+            "envoy/service/rate_limit_quota/v3/rlqs.proto",
             "envoy/service/discovery/v3/ads.proto",
             "ratelimit/config/ratelimit/v3/rls_conf.proto",
         ])?;

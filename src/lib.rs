@@ -24,6 +24,7 @@ pub mod hash;
 pub mod limiter;
 pub mod metrics;
 pub mod proto;
+pub mod rlqs;
 pub mod server;
 pub mod settings;
 pub mod simulate;

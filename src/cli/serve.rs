@@ -12,6 +12,7 @@ use crate::background::Background;
 use crate::error::Error;
 use crate::limiter::{Limiter, LimiterOptions};
 use crate::metrics::Metrics;
+use crate::rlqs::Rlqs;
 use crate::server::health::{self, Health};
 use crate::server::reload::{FileSource, Reloader, Source, SourceError, Trigger};
 use crate::server::tls::{self, ServerTls};
@@ -104,12 +105,15 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
         tls.as_ref()
             .map(|tls| Background::own(tls.spawn_reload(tls::RELOAD_INTERVAL))),
     );
+    let rlqs = Rlqs::on_backend(limiter.clone(), &settings.backend, settings.rlqs.clone())
+        .map_err(|e| ServeError::Settings(Error::Settings(e)))?;
     let listeners = bind(&settings).await?;
     let options = ServeOptions {
         health,
         reload: status,
         drain: settings.drain,
         tls,
+        rlqs: Some(Arc::new(rlqs)),
     };
     let served = server::run_with(listeners, limiter, options, shutdown_signal()).await;
     drop(tasks);

@@ -64,3 +64,40 @@ fn step<'a>(level: &'a Level, key: &str, value: &str) -> Option<(&'a Node, bool)
     }
     branch.key_only.as_deref().map(|node| (node, false))
 }
+
+/// [`find`] for an unordered set of entries (an RLQS `BucketId`): at each level, the
+/// entry whose key that level names (the first in key order when it names several),
+/// stepped as [`find`] steps; the walk stops when the next level names no entry left.
+/// Entries the tree never names are not part of the match. Returns the rule and the
+/// entries walked, in tree order (the descriptor the bucket stands for).
+pub fn find_unordered<'a, 'e, I>(
+    domain: &'a Domain,
+    entries: I,
+) -> Option<(Match<'a>, Vec<(&'e str, &'e str)>)>
+where
+    I: IntoIterator<Item = (&'e str, &'e str)> + Clone,
+{
+    let mut level: &'a Level = &domain.root;
+    let mut walked: Vec<(&'e str, &'e str)> = Vec::new();
+    let mut shared = 0u64;
+    loop {
+        let named = entries.clone().into_iter().find(|(key, _)| {
+            level.keys.contains_key(*key) && !walked.iter().any(|(k, _)| k == key)
+        })?;
+        let (node, via_shared_wildcard) = step(level, named.0, named.1)?;
+        if via_shared_wildcard && walked.len() < MAX_SHARED_ENTRIES {
+            shared |= 1 << walked.len();
+        }
+        walked.push(named);
+        let more = entries.clone().into_iter().any(|(key, _)| {
+            node.children.keys.contains_key(key) && !walked.iter().any(|(k, _)| *k == key)
+        });
+        if !more {
+            return node
+                .rule
+                .as_ref()
+                .map(|rule| (Match { rule, shared }, walked));
+        }
+        level = &node.children;
+    }
+}

@@ -14,6 +14,7 @@ mod backend;
 mod lifecycle;
 mod memory;
 mod process;
+mod rlqs;
 mod rules;
 mod series;
 mod service;
@@ -28,6 +29,7 @@ use prometheus_client::registry::Registry;
 pub use self::backend::{BreakerGauge, BreakerState};
 pub use self::lifecycle::{BUILD_COMMIT, BUILD_VERSION};
 pub use self::memory::EvictionCounter;
+pub use self::rlqs::RlqsMetrics;
 pub use self::rules::{OVERFLOW, RuleLabels, RuleOutcome};
 pub use self::series::SeriesBounds;
 pub use self::service::{BackendErrorKind, BackendOp, RequestErrorKind, RequestResult};
@@ -52,6 +54,7 @@ pub struct Metrics {
     backend_health: backend::BackendMetrics,
     memory: memory::MemoryMetrics,
     source: source::SourceMetrics,
+    rlqs: rlqs::RlqsMetrics,
 }
 
 impl Default for Metrics {
@@ -108,6 +111,7 @@ impl Metrics {
             memory: memory::MemoryMetrics::register(&mut registry),
             lifecycle: lifecycle::Lifecycle::register(&mut registry),
             source: source::SourceMetrics::register(&mut registry),
+            rlqs: rlqs::RlqsMetrics::register(&mut registry),
             service: {
                 registry.register_collector(Box::new(process::ProcessCollector::new()));
                 service::ServiceMetrics::register(&mut registry)

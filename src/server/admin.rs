@@ -3,7 +3,7 @@
 //! `POST /json` check endpoint, which takes and returns the gRPC messages in
 //! protobuf's canonical JSON (camelCase names, enum names, durations as `"42s"`), the
 //! config views `GET /rlconfig` and `GET /config.json` (rendered by
-//! [`super::config_view`]), and `GET /metrics` (Prometheus text, [`crate::metrics`]),
+//! [`super::config_view`]) and `GET /rlqs` (the quota service's live buckets and shares), and `GET /metrics` (Prometheus text, [`crate::metrics`]),
 //! which [`prometheus`] also serves on `PROMETHEUS_ADDR`'s listener.
 
 use std::sync::{Arc, LazyLock};
@@ -33,6 +33,8 @@ pub struct AdminState {
     pub limiter: Arc<Limiter>,
     pub health: Arc<Health>,
     pub reload: Arc<ReloadStatus>,
+    /// The quota service, for `/rlqs`.
+    pub rlqs: Arc<crate::rlqs::Rlqs>,
 }
 
 static POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
@@ -68,6 +70,7 @@ pub fn config_views(state: AdminState) -> Router {
     Router::new()
         .route("/rlconfig", get(rlconfig))
         .route("/config.json", get(config_json))
+        .route("/rlqs", get(rlqs))
         .with_state(state)
 }
 
@@ -91,6 +94,14 @@ async fn config_json(State(state): State<AdminState>) -> Response {
     let document =
         crate::server::config_view::config_json(&state.limiter.config(), &state.reload.snapshot());
     match serde_json::to_vec_pretty(&document) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+/// The quota service's live streams, buckets and shares on this replica.
+async fn rlqs(State(state): State<AdminState>) -> Response {
+    match serde_json::to_vec_pretty(&state.rlqs.view()) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }

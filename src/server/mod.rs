@@ -1,5 +1,5 @@
-//! Wires a [`Limiter`] to sockets: the gRPC port (rate-limit service, grpc.health.v1,
-//! reflection) and the HTTP admin port. Tests call [`run`] on listeners bound to port 0.
+//! Wires a [`Limiter`] to sockets: the gRPC port (rate-limit service, the quota
+//! service [`Rlqs`], grpc.health.v1, reflection) and the HTTP admin port. Tests call [`run`] on listeners bound to port 0.
 //!
 //! Health follows [`Health`]: SERVING only with a config loaded and the backend
 //! reachable. Shutdown, when the `shutdown` future resolves: NOT_SERVING at once (gRPC
@@ -37,6 +37,7 @@ use self::admin::AdminState;
 use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::proto::FILE_DESCRIPTOR_SET;
+use crate::rlqs::{Rlqs, RlqsGrpc};
 use crate::server::grpc::RateLimitGrpc;
 use crate::server::health::{Health, HealthState};
 use crate::server::reload::ReloadStatus;
@@ -52,14 +53,18 @@ pub struct ServeOptions {
     pub drain: Duration,
     /// TLS on the gRPC port; `None`: plain text.
     pub tls: Option<Arc<tls::ServerTls>>,
+    /// The quota service (RLQS) beside `ShouldRateLimit`; `None`: one on the memory
+    /// ledger with default bounds.
+    pub rlqs: Option<Arc<Rlqs>>,
 }
 
 /// Names under which grpc.health.v1 reports: the whole server (""), the name
 /// envoyproxy/ratelimit registers ("ratelimit"), and the service's full name.
-const HEALTH_NAMES: [&str; 3] = [
+const HEALTH_NAMES: [&str; 4] = [
     "",
     "ratelimit",
     "envoy.service.ratelimit.v3.RateLimitService",
+    "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
 ];
 
 /// The bound sockets, so callers learn the real ports before serving.
@@ -176,16 +181,30 @@ where
         .build_v1alpha()?;
     let (health_service, follower) = health_service(&options.health).await;
     let (stop, drainer) = drain_after(shutdown, options.health.clone(), options.drain);
+    let rlqs = options
+        .rlqs
+        .unwrap_or_else(|| Arc::new(Rlqs::in_memory(limiter.clone())));
+    // RLQS streams never end on their own: the listeners' graceful stop would wait for
+    // them for ever, so they are ended (UNAVAILABLE, Envoy reconnects) when it begins.
+    let rlqs_closer = tokio::spawn({
+        let (stopped, rlqs) = (stop.stopped(), rlqs.clone());
+        async move {
+            stopped.await;
+            rlqs.shut_down();
+        }
+    });
     let router = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(RateLimitGrpc::new(limiter.clone()).into_server());
+        .add_service(RateLimitGrpc::new(limiter.clone()).into_server())
+        .add_service(RlqsGrpc::new(rlqs.clone()).into_server());
     let grpc = grpc(router, listeners.grpc, options.tls, stop.clone());
     let admin = AdminState {
         limiter,
         health: options.health,
         reload: options.reload,
+        rlqs,
     };
     let http = http(
         admin,
@@ -205,6 +224,7 @@ where
     let (grpc_result, http_result) = tokio::join!(grpc, http);
     follower.abort();
     drainer.abort();
+    rlqs_closer.abort();
     grpc_result?;
     http_result?;
     tracing::info!(event = "shutdown_finished", "every call answered; stopped");

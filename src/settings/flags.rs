@@ -33,6 +33,8 @@ pub struct ServeFlags {
     pub response_dynamic_metadata: bool,
     #[command(flatten)]
     pub redis: RedisFlags,
+    #[command(flatten)]
+    pub rlqs: Box<super::rlqs::RlqsFlags>,
     /// After SIGTERM, keep answering (health NOT_SERVING) this long before closing the listeners [default: 5]
     #[arg(long, value_name = "SECONDS")]
     pub drain_seconds: Option<f64>,

@@ -9,6 +9,7 @@ mod flags;
 pub mod observability;
 pub mod protection;
 mod redis;
+pub mod rlqs;
 pub mod source;
 #[cfg(test)]
 mod tests;
@@ -73,6 +74,8 @@ pub struct ServeSettings {
     pub grpc_tls: Option<tls::GrpcTls>,
     /// Metrics (`USE_PROMETHEUS`, `NEAR_LIMIT_RATIO`) and traces (`TRACING_*`, `OTEL_*`).
     pub observability: observability::Observability,
+    /// The quota service's (RLQS) timing and bounds.
+    pub rlqs: crate::rlqs::RlqsOptions,
 }
 
 impl ServeSettings {
@@ -97,13 +100,14 @@ impl ServeSettings {
         };
         let protection = protection::resolve(flags, &var)?;
         let (grpc_addr, http_addr, debug_addr) = addresses(flags, &var)?;
+        let shadow_mode = flags.shadow_mode || env_bool(&var, "SHADOW_MODE", false)?;
         Ok(Self {
             source: source::resolve(flags, &var)?,
             backend: redis::backend(flags, &var, protection.memory_store_bytes)?,
             grpc_addr,
             http_addr,
             debug_addr,
-            shadow_mode: flags.shadow_mode || env_bool(&var, "SHADOW_MODE", false)?,
+            shadow_mode,
             quota_mode: flags.quota_mode || env_bool(&var, "QUOTA_MODE", false)?,
             response_dynamic_metadata: flags.response_dynamic_metadata
                 || env_bool(&var, "RESPONSE_DYNAMIC_METADATA", false)?,
@@ -113,6 +117,7 @@ impl ServeSettings {
             protection,
             grpc_tls: tls::grpc_tls(flags, &var)?,
             observability: observability::resolve(flags, &var)?,
+            rlqs: rlqs::resolve(&flags.rlqs, shadow_mode)?,
         })
     }
 }

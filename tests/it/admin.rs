@@ -92,6 +92,7 @@ async fn start_with(debug_port: bool) -> Admin {
         reload: status,
         drain: std::time::Duration::ZERO,
         tls: None,
+        rlqs: None,
     };
     tokio::spawn(server::run_with(listeners, limiter, options, async move {
         let _ = rx.await;

@@ -51,6 +51,8 @@ mod redis_harness;
 mod redis_tls;
 mod reload;
 mod resilience;
+mod rlqs;
+mod rlqs_lua;
 mod script_calls;
 mod script_work;
 mod secrets;

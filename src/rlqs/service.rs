@@ -1,0 +1,152 @@
+//! The tonic `RateLimitQuotaService`: one task per stream reads reports and writes
+//! actions ([`super::stream`] decides them). A stream that sends garbage ends with
+//! INVALID_ARGUMENT, alone; a server shutting down ends every stream with UNAVAILABLE
+//! (Envoy reopens it elsewhere and keeps its assignments meanwhile), and a stream's
+//! claims are released when it ends so the others share at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::error::RlqsError;
+use super::stream::StreamState;
+use super::{Registration, Rlqs};
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
+    RateLimitQuotaService, RateLimitQuotaServiceServer,
+};
+use crate::proto::envoy::service::rate_limit_quota::v3::{
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+
+/// The gRPC metadata naming an Envoy across its streams (set it in the filter's
+/// `grpc_service.initial_metadata`): a reopened stream then takes over its old claim
+/// at once instead of waiting for it to go stale.
+pub const CLIENT_ID_HEADER: &str = "rlqs-client-id";
+
+/// How long releasing a finished stream's claims may take.
+const RELEASE_BUDGET: Duration = Duration::from_secs(2);
+
+#[derive(Clone)]
+pub struct RlqsGrpc {
+    rlqs: Arc<Rlqs>,
+}
+
+impl RlqsGrpc {
+    pub fn new(rlqs: Arc<Rlqs>) -> Self {
+        Self { rlqs }
+    }
+
+    pub fn into_server(self) -> RateLimitQuotaServiceServer<Self> {
+        RateLimitQuotaServiceServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitQuotaService for RlqsGrpc {
+    type StreamRateLimitQuotasStream = ReceiverStream<Result<RateLimitQuotaResponse, Status>>;
+
+    async fn stream_rate_limit_quotas(
+        &self,
+        request: Request<Streaming<RateLimitQuotaUsageReports>>,
+    ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
+        let client = client_id(request.metadata())?;
+        let registration = self.rlqs.register(client).map_err(|e| {
+            self.rlqs.metrics.rlqs().stream_error(e.reason());
+            Status::from(e)
+        })?;
+        let (tx, rx) = mpsc::channel(8);
+        tokio::spawn(serve_stream(
+            self.rlqs.clone(),
+            registration,
+            request.into_inner(),
+            tx,
+        ));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+fn client_id(metadata: &tonic::metadata::MetadataMap) -> Result<Option<String>, Status> {
+    let Some(value) = metadata.get(CLIENT_ID_HEADER) else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| Status::from(RlqsError::BadClientId))?;
+    if text.is_empty() || text.len() > 128 || !text.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(RlqsError::BadClientId.into());
+    }
+    Ok(Some(text.to_owned()))
+}
+
+/// Reads reports and answers them until the stream ends, fails, or the server stops.
+async fn serve_stream(
+    rlqs: Arc<Rlqs>,
+    registration: Registration,
+    mut inbound: Streaming<RateLimitQuotaUsageReports>,
+    tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
+) {
+    let mut state = StreamState::new(registration.claimant.clone());
+    let mut shutdown = rlqs.shutdown.subscribe();
+    let ended: Option<RlqsError> = loop {
+        if *shutdown.borrow_and_update() {
+            break Some(RlqsError::ShuttingDown);
+        }
+        let message = tokio::select! {
+            message = inbound.message() => message,
+            _ = shutdown.changed() => continue,
+            () = tx.closed() => break None,
+        };
+        let message = match message {
+            Ok(Some(message)) => message,
+            Ok(None) => break None,
+            // A message that does not decode is the client's fault; a transport
+            // error (Envoy went away) is nobody's to answer.
+            Err(status) if status.code() == tonic::Code::Internal => {
+                break Some(RlqsError::Undecodable(status.message().to_owned()));
+            }
+            Err(_) => break None,
+        };
+        match state.handle(&rlqs, message).await {
+            Ok(Some(response)) => {
+                if tx.send(Ok(response)).await.is_err() {
+                    break None;
+                }
+            }
+            Ok(None) => {}
+            Err(error) => break Some(error),
+        }
+        registration.publish(&state);
+    };
+    if let Some(error) = ended {
+        if !matches!(error, RlqsError::ShuttingDown) {
+            rlqs.metrics.rlqs().stream_error(error.reason());
+            tracing::info!(event = "rlqs_stream_refused", stream = %state.claimant, %error, "RLQS stream ended");
+        }
+        let _ = tx.send(Err(error.into())).await;
+    }
+    release(&rlqs, &state).await;
+    for bucket in state.buckets.values() {
+        rlqs.metrics
+            .rlqs()
+            .bucket_removed(&bucket.domain, &bucket.rule, bucket.rate);
+    }
+    drop(registration);
+}
+
+/// Releases the stream's claims, within a budget (a stuck Redis must not keep the
+/// task alive; the claims then go stale on their own).
+async fn release(rlqs: &Rlqs, state: &StreamState) {
+    let keys: Vec<&str> = state
+        .buckets
+        .values()
+        .filter_map(|b| b.ledger_key.as_deref())
+        .collect();
+    let all = futures_util::future::join_all(
+        keys.iter()
+            .map(|key| rlqs.ledger.release(key, &state.claimant)),
+    );
+    let _ = tokio::time::timeout(RELEASE_BUDGET, all).await;
+}
