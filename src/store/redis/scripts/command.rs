@@ -356,6 +356,7 @@ mod tests {
             max_delay_ms: i64::MIN,
             cost: u64::MAX,
             vetoes: true,
+            mode: 0,
         };
         let mut cmd = Cmd::new();
         wire.write(&mut cmd, Flag::StartsDry);
