@@ -183,7 +183,7 @@ mod tests {
         assert!(d.allowed);
         let (s, d) = decide(Some(&s), &p, 2_000, 1);
         assert!(!d.allowed, "two held");
-        assert_eq!(d.retry_after, Some(Duration::from_secs(60)), "the first lease ends");
+        assert_eq!(d.retry_after, Some(Duration::from_secs(59)), "the first leases end");
         assert_eq!(s.leases.values().sum::<u64>(), 3, "the denied one counts too");
         // The denied request's release, then an admitted one's: one slot free.
         let (s, _) = release(Some(&s), &p, 3_000, 1);
