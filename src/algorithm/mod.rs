@@ -21,7 +21,10 @@
 //!    `ALLOWS_ZERO_RATE` and `TAKES_MAX_DELAY`, the config rules it implies; `LAYOUT`, the Redis
 //!    type its Lua twin keeps a counter in, and `describe`, that stored value in
 //!    words for `tollgate inspect`; `heap_bytes`, what its state owns on the heap, so
-//!    the memory store weighs it right).
+//!    the memory store weighs it right; `CHARGE_REFUSAL`, why `overdraft` and
+//!    `quota_mode` are refused for it at load, or `None`; `RELEASES`, whether a
+//!    release gives hits back; `COUNTS_DENIALS`, whether a denial is counted all
+//!    the same; `charge` and `release`, see `mode.rs`).
 //! 2. `lua/<name>.lua`: its twin, a table `local <name> = {}` with `load(key, p,
 //!    now_ms)` (the stored state, `false` for none), `decide(state, p, now_ms, cost,
 //!    i)` (returning the new state, allowed, remaining, reset ms, retry ms or -1, delay
@@ -42,10 +45,12 @@
 //! `ALLOWS_ZERO_RATE`, `TAKES_MAX_DELAY`) and checked in
 //! `src/config/compile/limit.rs` and `tollgate simulate`.
 
+mod mode;
 mod stored;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use self::mode::Mode;
 pub use self::stored::{Layout, Stored};
 
 use std::time::Duration;
@@ -75,11 +80,41 @@ pub trait Model {
     const TAKES_MAX_DELAY: bool;
     /// The Redis type its Lua twin keeps one counter in.
     const LAYOUT: Layout;
+    /// Why a charge ([`Mode::Overdraft`], [`Mode::Quota`]) makes no sense for it, as
+    /// the config error says; `None`: [`Model::charge`] is defined.
+    const CHARGE_REFUSAL: Option<&'static str>;
+    /// Whether [`Model::release`] gives hits back; false: a release is answered as a
+    /// check, changes nothing and is counted as ignored.
+    const RELEASES: bool;
+    /// Whether a denied operation is counted all the same (its state written): a
+    /// concurrency lease is taken admitted or not, because its release comes anyway.
+    const COUNTS_DENIALS: bool;
     type State: Clone + std::fmt::Debug + PartialEq;
 
     /// Decides `cost` hits at `now_ms` against `state` (`None`: never seen). A denied
     /// operation returns the state unchanged.
     fn decide(
+        state: Option<&Self::State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+    ) -> (Self::State, Decision);
+
+    /// A charge of `cost` at `now_ms`: consumed whatever the answer (the state may
+    /// go past the limit: a debt), admitted iff at least `need` remained before it
+    /// ([`Mode::need`]). `remaining` is 0 while overdrawn; the reset says when the
+    /// debt is paid back. Never called where [`Model::CHARGE_REFUSAL`] refuses.
+    fn charge(
+        state: Option<&Self::State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+        need: u64,
+    ) -> (Self::State, Decision);
+
+    /// A release of `cost` hits: given back, never below an empty counter, always
+    /// allowed; the decision is what a check would report after it.
+    fn release(
         state: Option<&Self::State>,
         params: &Params,
         now_ms: u64,
@@ -162,6 +197,27 @@ macro_rules! algorithms {
                 }
             }
 
+            /// Why charges are refused for it ([`Model::CHARGE_REFUSAL`]).
+            pub fn charge_refusal(self) -> Option<&'static str> {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::CHARGE_REFUSAL,)+
+                }
+            }
+
+            /// Whether a denial is counted too ([`Model::COUNTS_DENIALS`]).
+            pub fn counts_denials(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::COUNTS_DENIALS,)+
+                }
+            }
+
+            /// Whether a release gives hits back ([`Model::RELEASES`]).
+            pub fn releases(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::RELEASES,)+
+                }
+            }
+
             /// The Lua twin's source.
             pub fn lua(self) -> &'static str {
                 match self {
@@ -213,6 +269,37 @@ macro_rules! algorithms {
             }
         }
 
+        /// [`decide`] in `mode`: a charge or a release goes to the model's own
+        /// ([`Model::charge`], [`Model::release`]); a charge where the model refuses
+        /// charges (the config refuses it, so only a caller's mistake) is a limit.
+        pub fn apply(
+            state: Option<&State>,
+            params: &Params,
+            now_ms: u64,
+            cost: u64,
+            mode: Mode,
+        ) -> (State, Decision) {
+            match params.algorithm {
+                $(Algorithm::$variant => {
+                    type M = $module::$variant;
+                    let prior = match state {
+                        Some(State::$variant(s)) => Some(s),
+                        _ => None,
+                    };
+                    let (s, d) = match mode {
+                        Mode::Release => <M as Model>::release(prior, params, now_ms, cost),
+                        Mode::Overdraft | Mode::Quota
+                            if <M as Model>::CHARGE_REFUSAL.is_none() =>
+                        {
+                            <M as Model>::charge(prior, params, now_ms, cost, mode.need(cost))
+                        }
+                        _ => <M as Model>::decide(prior, params, now_ms, cost),
+                    };
+                    (State::$variant(s), d)
+                })+
+            }
+        }
+
         /// When a state stops mattering (the Redis TTL of its key): after this instant
         /// it is equivalent to no state at all.
         pub fn expires_at_ms(state: &State, params: &Params, now_ms: u64) -> u64 {
@@ -233,11 +320,22 @@ algorithms! {
     TokenBucket(token_bucket),
     Gcra(gcra),
     LeakyBucket(leaky_bucket),
+    Concurrency(concurrency),
 }
 
 impl Algorithm {
     pub fn parse(text: &str) -> Option<Algorithm> {
         Self::ALL.into_iter().find(|a| a.name() == text)
+    }
+
+    /// The algorithms that limit a rate (all but those counting requests in flight,
+    /// whose leases a simulation of arrivals cannot release): what `tollgate
+    /// simulate` compares by default.
+    pub fn rate_limits() -> Vec<Algorithm> {
+        Self::ALL
+            .into_iter()
+            .filter(|a| !a.counts_denials())
+            .collect()
     }
 
     /// Every name, in list order (for command lines that take one).

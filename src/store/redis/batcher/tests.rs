@@ -63,6 +63,7 @@ fn op() -> WireOp {
         params,
         cost: 1,
         vetoes: true,
+        mode: crate::algorithm::Mode::Limit,
     })
 }
 

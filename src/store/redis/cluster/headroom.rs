@@ -239,6 +239,7 @@ mod tests {
             },
             cost,
             vetoes: true,
+            mode: crate::algorithm::Mode::Limit,
         }
     }
 

@@ -21,11 +21,13 @@ pub struct WireOp {
     pub(super) max_delay_ms: i64,
     pub(super) cost: u64,
     pub(super) vetoes: bool,
+    /// The mode's bits, `Mode::wire_bits` (bits 1-2 of the flags byte).
+    pub(super) mode: u8,
 }
 
 /// The bytes [`WireOp::write`] makes: struct format `<BBddddBd` in the scripts (a
 /// flag, the algorithm id, limit, window, burst, max delay as little-endian doubles,
-/// the vetoes flag, the cost as a double).
+/// the flags byte (vetoes, mode), the cost as a double).
 const OP_LEN: usize = 1 + 1 + 4 * 8 + 1 + 8;
 
 /// Where an operation stands in its call, the first byte of its encoding (see
@@ -52,9 +54,15 @@ impl WireOp {
                 .max_delay_ms
                 .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
             // Lua numbers are doubles: costs above the burst or limit are all equally
-            // impossible, so they are clamped to stay exact.
-            cost: op.cost.min(p.limit.max(p.burst).saturating_add(1)),
+            // impossible, so they are clamped to stay exact. A charge, a release or a
+            // lease counts in full (up to 2^53, where doubles stop being exact).
+            cost: if !op.commits() {
+                op.cost.min(p.limit.max(p.burst).saturating_add(1))
+            } else {
+                op.cost.min(1 << 53)
+            },
             vetoes: op.vetoes,
+            mode: op.mode.wire_bits(),
         }
     }
 
@@ -79,7 +87,7 @@ impl WireOp {
         for (i, x) in numbers.into_iter().enumerate() {
             buf[2 + 8 * i..10 + 8 * i].copy_from_slice(&x.to_le_bytes());
         }
-        buf[34] = u8::from(self.vetoes);
+        buf[34] = u8::from(self.vetoes) | self.mode;
         buf[35..].copy_from_slice(&(self.cost as f64).to_le_bytes());
         cmd.arg(&buf[..]);
     }
@@ -207,6 +215,7 @@ mod tests {
             params: limit.params(),
             cost,
             vetoes,
+            mode: crate::algorithm::Mode::Limit,
         }
     }
 
@@ -346,6 +355,7 @@ mod tests {
             max_delay_ms: i64::MIN,
             cost: u64::MAX,
             vetoes: true,
+            mode: 0,
         };
         let mut cmd = Cmd::new();
         wire.write(&mut cmd, Flag::StartsDry);
