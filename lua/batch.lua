@@ -11,7 +11,8 @@
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
 -- ARGV[1+i] operation i, 43 bytes, struct.pack('<BBddddBd', f, id, limit, window ms,
---           burst, max delay ms (-1 = none), vetoes (1/0), cost): f is "+" (byte 43)
+--           burst, max delay ms (-1 = none), vetoes (1/0), cost), and for a rule with
+--           a time_zone 48 more: its periods (`calendar` in common.lua): f is "+" (byte 43)
 --           for the first operation of a request (a segment), "-" (45) for the first
 --           of a dry run (decide, write nothing: the request is already denied
 --           elsewhere, only true statuses are wanted), "." (46) for a further operation
@@ -75,9 +76,11 @@ end
 -- 43 bytes (struct format OP, see WireOp in store/redis/scripts/): one C call reads every
 -- number, where matching a text pattern made a string per field and converted each.
 local OP, OP_LEN, PLUS, MINUS, DOT = '<BBddddBd', 43, 43, 45, 46
+-- An operation of a time_zone rule has its periods' 48 bytes after its own.
+local CAL_LEN = 48
 local specs = {}
 local function parse(text)
-  if text == nil or #text ~= OP_LEN then return nil end
+  if text == nil or (#text ~= OP_LEN and #text ~= OP_LEN + CAL_LEN) then return nil end
   local flag, id, limit, window, burst, max_delay, vetoes, cost = struct.unpack(OP, text)
   local algo = algorithm(id)
   -- Whole numbers only, none negative but max_delay's -1 (a NaN fails every test).
@@ -92,6 +95,7 @@ local function parse(text)
     max_delay = max_delay, vetoes = vetoes == 1, cost = cost, starts = flag ~= DOT,
     dry = flag == MINUS,
   }
+  if #text > OP_LEN and not calendar(p, text, OP_LEN + 1, now_ms) then return nil end
   specs[text] = p
   return p
 end

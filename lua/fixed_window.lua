@@ -8,11 +8,19 @@ local fixed_window = {}
 -- The window's start and reset depend only on the spec and the call's one clock: they
 -- are computed once per call and kept in the spec's table (p), which lives as long,
 -- with the start as Redis stores it.
+-- With a time_zone, the window is the calendar period common.lua's `calendar` chose.
 local function current(p, now_ms)
+  if p.cal_start then
+    local now, start = floor(p.cal_now / 1000), floor(p.cal_start / 1000)
+    p.fw_start, p.fw_reset = start, (floor(p.cal_end / 1000) - now) * 1000
+    p.fw_text, p.fw_end = int(start), p.cal_end
+    return start
+  end
   local window = max(floor(p.window / 1000), 1)
   local now = floor(now_ms / 1000)
   local start = now - (now % window)
   p.fw_start, p.fw_reset, p.fw_text = start, (window - (now % window)) * 1000, int(start)
+  p.fw_end = (start + window) * 1000
   return start
 end
 
@@ -56,8 +64,8 @@ function fixed_window.save(key, s, p, now_ms, injected, _, stored)
     return
   end
   redis.call('HSET', key, 'w', int(s.w), 'c', int(s.c))
-  local window = max(floor(p.window / 1000), 1)
-  pexpire(key, (s.w + window) * 1000 - now_ms, injected)
+  -- s.w is this call's window (decide wrote it), whose end current() kept.
+  pexpire(key, p.fw_end - now_ms, injected)
 end
 
 function fixed_window.refund(key, p, token, cost)

@@ -98,6 +98,7 @@ mod tests {
             window_ms,
             burst: limit,
             max_delay_ms: None,
+            calendar: None,
         }
     }
 

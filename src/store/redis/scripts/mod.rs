@@ -22,7 +22,9 @@ mod reply;
 mod runs;
 
 use command::Flag;
-pub use command::{Layout, Refund, Segment, WireOp, batch_cmd, batch_cmd_in, refund_cmd};
+pub use command::{
+    Layout, Refund, Segment, WireOp, batch_cmd, batch_cmd_around, batch_cmd_in, refund_cmd,
+};
 pub use reply::{Reply, parse_batch_reply};
 
 /// The shebang (it must be the script's first line) and the unpacking of the keys
