@@ -16,6 +16,9 @@
 mod common;
 mod stack;
 
+mod budgets;
+mod budgets_wire;
+
 mod e2e_answers;
 mod e2e_envoy;
 mod e2e_xds;
