@@ -92,6 +92,7 @@ fn counter_ops(config: &Config, request: &RateLimitRequest) -> Vec<CounterOp> {
                         params: limit.params(),
                         cost: 1,
                         vetoes: true,
+                        mode: tollgate::algorithm::Mode::Limit,
                     })
                     .collect::<Vec<_>>(),
                 _ => Vec::new(),

@@ -144,6 +144,7 @@ fn op(algorithm: Algorithm) -> CounterOp {
         params,
         cost: 1,
         vetoes: true,
+        mode: tollgate::algorithm::Mode::Limit,
     }
 }
 

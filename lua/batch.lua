@@ -81,19 +81,30 @@ local CAL_LEN = 48
 local specs = {}
 local function parse(text)
   if text == nil or (#text ~= OP_LEN and #text ~= OP_LEN + CAL_LEN) then return nil end
-  local flag, id, limit, window, burst, max_delay, vetoes, cost = struct.unpack(OP, text)
+  local flag, id, limit, window, burst, max_delay, flags, cost = struct.unpack(OP, text)
   local algo = algorithm(id)
   -- Whole numbers only, none negative but max_delay's -1 (a NaN fails every test).
-  if algo == nil or (flag ~= PLUS and flag ~= MINUS and flag ~= DOT) or vetoes > 1
+  if algo == nil or (flag ~= PLUS and flag ~= MINUS and flag ~= DOT) or flags > 7
     or not (limit >= 0 and window >= 0 and burst >= 0 and cost >= 0 and max_delay >= -1)
     or floor(limit) ~= limit or floor(window) ~= window or floor(burst) ~= burst
     or floor(cost) ~= cost or floor(max_delay) ~= max_delay then
     return nil
   end
+  -- flags: bit 0 vetoes, bits 1-2 the mode (src/algorithm/mode.rs): 0 limit,
+  -- 1 overdraft, 2 quota (charges: always consumed), 3 release. An operation that
+  -- commits is written whatever its answer and whatever its request's.
+  local mode = floor(flags / 2)
+  local decide, commits, need = algo.decide, false, cost
+  if mode == 3 then
+    decide, commits = algo.release, algo.releases
+  elseif mode ~= 0 and algo.charges then
+    decide, commits = algo.charge, true
+    if mode == 1 then need = 1 end
+  end
   local p = {
-    algo = algo, decide = algo.decide, limit = limit, window = window, burst = burst,
-    max_delay = max_delay, vetoes = vetoes == 1, cost = cost, starts = flag ~= DOT,
-    dry = flag == MINUS,
+    algo = algo, decide = decide, limit = limit, window = window, burst = burst,
+    max_delay = max_delay, vetoes = flags % 2 == 1, cost = cost, starts = flag ~= DOT,
+    dry = flag == MINUS, commits = commits, need = need, check = algo.decide,
   }
   if #text > OP_LEN and not calendar(p, text, OP_LEN + 1, now_ms) then return nil end
   specs[text] = p
@@ -115,7 +126,7 @@ local last_reset, last_third, last_token
 -- not commit by the state without this request (remaining and reset of a check-only
 -- call) and no shaping wait.
 local function unwind(at, p, s)
-  local _, remaining, reset = p.decide(s, p, now_ms, 0, at + 4)
+  local _, remaining, reset = p.check(s, p, now_ms, 0, at + 4)
   if remaining < 0 then remaining = 0 end
   out[at + 1], out[at + 2], out[at + 3] = remaining, reset, 0
 end
@@ -170,7 +181,7 @@ while first <= count do
       local reuse = nil
       if s ~= held then reuse = s end
       local new, remaining, reset, third, token = decide(s, p, now_ms, cost, o + 4, reuse)
-      if remaining >= 0 then
+      if remaining >= 0 or p.commits then
         s = new
         admitted = true
       end
@@ -213,13 +224,28 @@ while first <= count do
       out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token or 0
       o = o + 4
       tentative[key] = new
-      if remaining >= 0 then
-        last_writer[key] = q
-      elseif q.vetoes then
-        vetoed = true
-      end
+      if remaining >= 0 or q.commits then last_writer[key] = q end
+      if remaining < 0 and q.vetoes then vetoed = true end
     end
-    if vetoed then
+    if vetoed and not p.dry then
+      -- Denied: the limits are unwound, but charges and releases happened all the
+      -- same, decided again in order on the states without the limits' hits.
+      for i = first, last do
+        local at = base + 4 * (i - first)
+        local q = specs[ARGV[1 + i]]
+        if not q.commits and out[at + 1] >= 0 then unwind(at, q, state[KEYS[i]]) end
+      end
+      for i = first, last do
+        local key, q = KEYS[i], specs[ARGV[1 + i]]
+        if q.commits then
+          local at = base + 4 * (i - first)
+          local new, remaining, reset, third, token = q.decide(state[key], q, now_ms, q.cost, at + 4)
+          out[at + 1], out[at + 2], out[at + 3], out[at + 4] = remaining, reset, third, token or 0
+          state[key] = new
+          writer[key] = q
+        end
+      end
+    elseif vetoed then
       for i = first, last do
         local at = base + 4 * (i - first)
         if out[at + 1] >= 0 then unwind(at, specs[ARGV[1 + i]], state[KEYS[i]]) end

@@ -106,3 +106,32 @@ local function set_with_ttl(key, value, ms, injected)
     redis.call('SET', key, value, 'PX', ttl_ms(ms))
   end
 end
+
+-- A charge in terms of the module's own decide (mirrors charge in
+-- src/algorithm/mode.rs, same calls in the same order): the state at now, whether
+-- p.need fitted before the charge, the cost added (past the limit if need be), and
+-- the reply a check of the charged state gives. Consumed whatever the answer.
+local function charge_with(decide, add, s, p, now_ms, cost)
+  local rolled = decide(s, p, now_ms, 0)
+  local _, before = decide(rolled, p, now_ms, p.need)
+  local after = add(rolled, p, now_ms, cost)
+  local _, remaining, reset = decide(after, p, now_ms, 0)
+  if remaining < 0 then remaining = 0 end
+  if before >= 0 then return after, remaining, reset, 0, 0 end
+  local _, _, _, retry = decide(after, p, now_ms, p.need)
+  return after, -1, reset, retry, 0
+end
+
+-- A release (mirrors release in src/algorithm/mode.rs): the cost given back by sub on
+-- the state at now, answered as a check of the result, always allowed.
+local function release_with(decide, sub, s, p, now_ms, cost)
+  local rolled = decide(s, p, now_ms, 0)
+  local after = sub(rolled, p, now_ms, cost)
+  local _, remaining, reset = decide(after, p, now_ms, 0)
+  if remaining < 0 then remaining = 0 end
+  return after, remaining, reset, 0, 0
+end
+
+local function unchanged(s)
+  return s
+end

@@ -75,3 +75,22 @@ function fixed_window.refund(key, p, token, cost)
     if back > 0 then redis.call('HINCRBY', key, 'c', -back) end
   end
 end
+
+-- Charges and releases (src/algorithm/mode.rs): the count of the current window.
+fixed_window.charges, fixed_window.releases = true, true
+
+local function fw_add(s, _, _, cost)
+  return { w = s.w, c = s.c + cost }
+end
+
+local function fw_sub(s, _, _, cost)
+  return { w = s.w, c = s.c - min(s.c, cost) }
+end
+
+function fixed_window.charge(s, p, now_ms, cost)
+  return charge_with(fixed_window.decide, fw_add, s, p, now_ms, cost)
+end
+
+function fixed_window.release(s, p, now_ms, cost)
+  return release_with(fixed_window.decide, fw_sub, s, p, now_ms, cost)
+end

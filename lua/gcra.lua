@@ -33,3 +33,23 @@ function gcra.refund(key, p, token, cost)
   local tat = tonumber(redis.call('GET', key))
   if tat ~= nil then redis.call('SET', key, f17(tat - cost * (p.window / p.limit)), 'KEEPTTL') end
 end
+
+-- Charges and releases (src/algorithm/mode.rs): the arrival time may pass now + B x T
+-- (a debt); a release moves it back, never before now.
+gcra.charges, gcra.releases = true, true
+
+local function gcra_add(tat, p, _, cost)
+  return tat + cost * (p.window / p.limit)
+end
+
+local function gcra_sub(tat, p, now_ms, cost)
+  return max(tat - cost * (p.window / p.limit), now_ms)
+end
+
+function gcra.charge(s, p, now_ms, cost)
+  return charge_with(gcra.decide, gcra_add, s, p, now_ms, cost)
+end
+
+function gcra.release(s, p, now_ms, cost)
+  return release_with(gcra.decide, gcra_sub, s, p, now_ms, cost)
+end

@@ -48,3 +48,11 @@ function leaky_bucket.refund(key, p, token, cost)
     redis.call('SET', key, f17(tat - cost * (p.window / p.limit)), 'KEEPTTL')
   end
 end
+
+-- Charges are refused at load and releases ignored (src/algorithm/leaky_bucket.rs says
+-- why): a release is answered as a check and writes nothing.
+leaky_bucket.charges, leaky_bucket.releases = false, false
+
+function leaky_bucket.release(s, p, now_ms, cost)
+  return release_with(leaky_bucket.decide, unchanged, s, p, now_ms, cost)
+end

@@ -97,3 +97,11 @@ function sliding_log.refund(key, p, token, cost)
   end
   if #members > 0 then redis.call('ZREM', key, unpack(members)) end
 end
+
+-- Charges are refused at load and releases ignored (src/algorithm/sliding_log.rs says
+-- why): a release is answered as a check and writes nothing.
+sliding_log.charges, sliding_log.releases = false, false
+
+function sliding_log.release(s, p, now_ms, cost)
+  return release_with(sliding_log.decide, unchanged, s, p, now_ms, cost)
+end

@@ -72,9 +72,10 @@ end
 
 -- TTL: two windows from the current one's start (then neither count matters), an
 -- instant fixed by the start: a key stored in the same window already has it.
--- In the same window only c changes (p is the window before's, s its start).
+-- In the same window only c changes (p is the window before's, s its start), but
+-- for a release, which may take from p too.
 function sliding_window.save(key, s, p, now_ms, injected, _, stored)
-  if stored.start == s.start then
+  if stored.start == s.start and stored.prev == s.prev then
     redis.call('HSET', key, 'c', int(s.curr))
     return
   end
@@ -94,4 +95,26 @@ function sliding_window.refund(key, p, token, cost)
     local back = min(tonumber(h[2]) or 0, cost)
     if back > 0 then redis.call('HINCRBY', key, 'p', -back) end
   end
+end
+
+-- Charges and releases (src/algorithm/mode.rs): this window's count; a release takes
+-- from this window first, then from the previous one.
+sliding_window.charges, sliding_window.releases = true, true
+
+local function sw_add(s, _, _, cost)
+  return { start = s.start, prev = s.prev, curr = s.curr + cost }
+end
+
+local function sw_sub(s, _, _, cost)
+  local from_curr = min(s.curr, cost)
+  local from_prev = min(s.prev, cost - from_curr)
+  return { start = s.start, prev = s.prev - from_prev, curr = s.curr - from_curr }
+end
+
+function sliding_window.charge(s, p, now_ms, cost)
+  return charge_with(sliding_window.decide, sw_add, s, p, now_ms, cost)
+end
+
+function sliding_window.release(s, p, now_ms, cost)
+  return release_with(sliding_window.decide, sw_sub, s, p, now_ms, cost)
 end

@@ -42,3 +42,23 @@ function token_bucket.refund(key, p, token, cost)
   local t = tonumber(redis.call('HGET', key, 't'))
   if t ~= nil then redis.call('HSET', key, 't', f17(min(p.burst, t + cost))) end
 end
+
+-- Charges and releases (src/algorithm/mode.rs): tokens may go negative (a debt the
+-- refill pays back); a release adds tokens up to the bucket's size.
+token_bucket.charges, token_bucket.releases = true, true
+
+local function tb_add(s, _, _, cost)
+  return { t = s.t - cost, a = s.a }
+end
+
+local function tb_sub(s, p, _, cost)
+  return { t = min(s.t + cost, p.burst), a = s.a }
+end
+
+function token_bucket.charge(s, p, now_ms, cost)
+  return charge_with(token_bucket.decide, tb_add, s, p, now_ms, cost)
+end
+
+function token_bucket.release(s, p, now_ms, cost)
+  return release_with(token_bucket.decide, tb_sub, s, p, now_ms, cost)
+end

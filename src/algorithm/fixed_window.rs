@@ -4,7 +4,7 @@
 //! reports them. With a `time_zone` the windows are that zone's calendar periods
 //! (`calendar.rs`) instead.
 
-use super::{Decision, Layout, Model, Params, Stored};
+use super::{mode, Decision, Layout, Model, Params, Stored};
 
 /// The count within one window, identified by its start (seconds since the epoch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -75,10 +75,35 @@ impl Model for FixedWindow {
     const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::Hash;
     const TAKES_TIME_ZONE: bool = true;
+    const CHARGE_REFUSAL: Option<&'static str> = None;
+    const RELEASES: bool = true;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
         decide(state.copied(), params, now_ms, cost)
+    }
+
+    fn charge(
+        state: Option<&State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+        need: u64,
+    ) -> (State, Decision) {
+        let add = |s: &State| State {
+            count: s.count.saturating_add(cost),
+            ..*s
+        };
+        mode::charge(|s, c| decide(s.copied(), params, now_ms, c), add, state, need)
+    }
+
+    /// Gives back hits of the current window only: an earlier window's are gone.
+    fn release(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+        let sub = |s: &State| State {
+            count: s.count.saturating_sub(cost),
+            ..*s
+        };
+        mode::release(|s, c| decide(s.copied(), params, now_ms, c), sub, state)
     }
 
     fn expires_at_ms(state: &State, params: &Params, _now_ms: u64) -> u64 {

@@ -4,7 +4,7 @@
 //! `max(TAT, now) + n x T - now <= B x T`. Same admissions as a token bucket of
 //! capacity B, with a single float per key.
 
-use super::{Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
+use super::{mode, Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct State {
@@ -46,10 +46,36 @@ impl Model for Gcra {
     const ALLOWS_ZERO_RATE: bool = false;
     const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::Value;
+    const CHARGE_REFUSAL: Option<&'static str> = None;
+    const RELEASES: bool = true;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
         decide(state.copied(), params, now_ms, cost)
+    }
+
+    /// The arrival time may move past now + burst x T: the debt.
+    fn charge(
+        state: Option<&State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+        need: u64,
+    ) -> (State, Decision) {
+        let t = params.emission_interval();
+        let add = |s: &State| State {
+            tat: s.tat + cost as f64 * t,
+        };
+        mode::charge(|s, c| decide(s.copied(), params, now_ms, c), add, state, need)
+    }
+
+    /// The arrival time moves back, never before now (an empty bucket).
+    fn release(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+        let t = params.emission_interval();
+        let sub = |s: &State| State {
+            tat: (s.tat - cost as f64 * t).max(now_ms as f64),
+        };
+        mode::release(|s, c| decide(s.copied(), params, now_ms, c), sub, state)
     }
 
     fn expires_at_ms(state: &State, _params: &Params, now_ms: u64) -> u64 {

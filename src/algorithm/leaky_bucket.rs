@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
+use super::{mode, Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct State {
@@ -57,10 +57,34 @@ impl Model for LeakyBucket {
     const ALLOWS_ZERO_RATE: bool = false;
     const TAKES_MAX_DELAY: bool = true;
     const LAYOUT: Layout = Layout::Value;
+    const CHARGE_REFUSAL: Option<&'static str> = Some(
+        "leaky_bucket shapes: an admitted request waits for its slot in the queue, and a \
+         charge counted after the response cannot take a slot; an overdrawn queue would \
+         hold later requests past max_delay: use gcra or token_bucket",
+    );
+    /// Later requests were already given slots spaced after the released ones, and
+    /// moving the queue forward under them would release two closer than W / L:
+    /// releases are ignored (answered, counted).
+    const RELEASES: bool = false;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
         decide(state.copied(), params, now_ms, cost)
+    }
+
+    /// Never called: [`Self::CHARGE_REFUSAL`] refuses charges at load.
+    fn charge(
+        state: Option<&State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+        _need: u64,
+    ) -> (State, Decision) {
+        decide(state.copied(), params, now_ms, cost)
+    }
+
+    fn release(state: Option<&State>, params: &Params, now_ms: u64, _cost: u64) -> (State, Decision) {
+        mode::release(|s, c| decide(s.copied(), params, now_ms, c), |s| *s, state)
     }
 
     fn expires_at_ms(state: &State, _params: &Params, now_ms: u64) -> u64 {

@@ -21,7 +21,9 @@
 //!    `ALLOWS_ZERO_RATE` and `TAKES_MAX_DELAY`, the config rules it implies; `LAYOUT`, the Redis
 //!    type its Lua twin keeps a counter in, and `describe`, that stored value in
 //!    words for `tollgate inspect`; `heap_bytes`, what its state owns on the heap, so
-//!    the memory store weighs it right).
+//!    the memory store weighs it right; `CHARGE_REFUSAL`, why `overdraft` and
+//!    `quota_mode` are refused for it at load, or `None`; `RELEASES`, whether a
+//!    release gives hits back; `charge` and `release`, see `mode.rs`).
 //! 2. `lua/<name>.lua`: its twin, a table `local <name> = {}` with `load(key, p,
 //!    now_ms)` (the stored state, `false` for none), `decide(state, p, now_ms, cost,
 //!    i)` (returning the new state, allowed, remaining, reset ms, retry ms or -1, delay
@@ -43,10 +45,12 @@
 //! `src/config/compile/limit.rs` and `tollgate simulate`.
 
 pub mod calendar;
+mod mode;
 mod stored;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use self::mode::Mode;
 pub use self::stored::{Layout, Stored};
 
 use std::time::Duration;
@@ -79,11 +83,38 @@ pub trait Model {
     /// Whether it counts in periods, so `time_zone` can make them calendar periods
     /// ([`Params::calendar`]); a bucket has a rate, not a period.
     const TAKES_TIME_ZONE: bool = false;
+    /// Why a charge ([`Mode::Overdraft`], [`Mode::Quota`]) makes no sense for it, as
+    /// the config error says; `None`: [`Model::charge`] is defined.
+    const CHARGE_REFUSAL: Option<&'static str>;
+    /// Whether [`Model::release`] gives hits back; false: a release is answered as a
+    /// check, changes nothing and is counted as ignored.
+    const RELEASES: bool;
     type State: Clone + std::fmt::Debug + PartialEq;
 
     /// Decides `cost` hits at `now_ms` against `state` (`None`: never seen). A denied
     /// operation returns the state unchanged.
     fn decide(
+        state: Option<&Self::State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+    ) -> (Self::State, Decision);
+
+    /// A charge of `cost` at `now_ms`: consumed whatever the answer (the state may
+    /// go past the limit: a debt), admitted iff at least `need` remained before it
+    /// ([`Mode::need`]). `remaining` is 0 while overdrawn; the reset says when the
+    /// debt is paid back. Never called where [`Model::CHARGE_REFUSAL`] refuses.
+    fn charge(
+        state: Option<&Self::State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+        need: u64,
+    ) -> (Self::State, Decision);
+
+    /// A release of `cost` hits: given back, never below an empty counter, always
+    /// allowed; the decision is what a check would report after it.
+    fn release(
         state: Option<&Self::State>,
         params: &Params,
         now_ms: u64,
@@ -173,6 +204,20 @@ macro_rules! algorithms {
                 }
             }
 
+            /// Why charges are refused for it ([`Model::CHARGE_REFUSAL`]).
+            pub fn charge_refusal(self) -> Option<&'static str> {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::CHARGE_REFUSAL,)+
+                }
+            }
+
+            /// Whether a release gives hits back ([`Model::RELEASES`]).
+            pub fn releases(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::RELEASES,)+
+                }
+            }
+
             /// The Lua twin's source.
             pub fn lua(self) -> &'static str {
                 match self {
@@ -219,6 +264,37 @@ macro_rules! algorithms {
                         _ => None,
                     };
                     let (s, d) = <$module::$variant as Model>::decide(prior, params, now_ms, cost);
+                    (State::$variant(s), d)
+                })+
+            }
+        }
+
+        /// [`decide`] in `mode`: a charge or a release goes to the model's own
+        /// ([`Model::charge`], [`Model::release`]); a charge where the model refuses
+        /// charges (the config refuses it, so only a caller's mistake) is a limit.
+        pub fn apply(
+            state: Option<&State>,
+            params: &Params,
+            now_ms: u64,
+            cost: u64,
+            mode: Mode,
+        ) -> (State, Decision) {
+            match params.algorithm {
+                $(Algorithm::$variant => {
+                    type M = $module::$variant;
+                    let prior = match state {
+                        Some(State::$variant(s)) => Some(s),
+                        _ => None,
+                    };
+                    let (s, d) = match mode {
+                        Mode::Release => <M as Model>::release(prior, params, now_ms, cost),
+                        Mode::Overdraft | Mode::Quota
+                            if <M as Model>::CHARGE_REFUSAL.is_none() =>
+                        {
+                            <M as Model>::charge(prior, params, now_ms, cost, mode.need(cost))
+                        }
+                        _ => <M as Model>::decide(prior, params, now_ms, cost),
+                    };
                     (State::$variant(s), d)
                 })+
             }

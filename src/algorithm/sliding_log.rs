@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Decision, Layout, Model, Params, Stored};
+use super::{mode, Decision, Layout, Model, Params, Stored};
 
 /// The largest `requests_per_unit` a sliding_log rule may have. Redis stores each hit
 /// as a sorted-set member: measured with `MEMORY USAGE` (tests/it/memory_usage.rs), a full
@@ -64,10 +64,34 @@ impl Model for SlidingLog {
     const ALLOWS_ZERO_RATE: bool = false;
     const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::SortedSet;
+    const CHARGE_REFUSAL: Option<&'static str> = Some(
+        "sliding_log keeps one sorted-set entry per hit, so a charge past the limit \
+         would store one entry per token without bound (a charge of a million tokens is a \
+         million members); its memory bound (requests_per_unit at most 10000) is what \
+         makes it safe: use fixed_window, sliding_window, token_bucket or gcra",
+    );
+    /// A release cannot say which hit it gives back, and a hit's place in the log is
+    /// when it leaves the window: releases are ignored (answered, counted).
+    const RELEASES: bool = false;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
         decide(state, params, now_ms, cost)
+    }
+
+    /// Never called: [`Self::CHARGE_REFUSAL`] refuses charges at load.
+    fn charge(
+        state: Option<&State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+        _need: u64,
+    ) -> (State, Decision) {
+        decide(state, params, now_ms, cost)
+    }
+
+    fn release(state: Option<&State>, params: &Params, now_ms: u64, _cost: u64) -> (State, Decision) {
+        mode::release(|s, c| decide(s, params, now_ms, c), State::clone, state)
     }
 
     fn expires_at_ms(state: &State, params: &Params, now_ms: u64) -> u64 {

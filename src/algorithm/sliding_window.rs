@@ -7,7 +7,7 @@
 //! `time_zone` the windows are that zone's calendar periods (`calendar.rs`): W is the
 //! current period's length, and the previous count is the period before's.
 
-use super::{Decision, Layout, Model, Params, Stored, ceil_ms, floor_u64};
+use super::{mode, Decision, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct State {
@@ -125,10 +125,41 @@ impl Model for SlidingWindow {
     const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::Hash;
     const TAKES_TIME_ZONE: bool = true;
+    const CHARGE_REFUSAL: Option<&'static str> = None;
+    const RELEASES: bool = true;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
         decide(state.copied(), params, now_ms, cost)
+    }
+
+    fn charge(
+        state: Option<&State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+        need: u64,
+    ) -> (State, Decision) {
+        let add = |s: &State| State {
+            curr: s.curr.saturating_add(cost),
+            ..*s
+        };
+        mode::charge(|s, c| decide(s.copied(), params, now_ms, c), add, state, need)
+    }
+
+    /// Gives back this window's hits first, then the previous window's (whose weight
+    /// still counts): never below zero in either.
+    fn release(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+        let sub = |s: &State| {
+            let from_curr = s.curr.min(cost);
+            let from_prev = s.prev.min(cost - from_curr);
+            State {
+                curr: s.curr - from_curr,
+                prev: s.prev - from_prev,
+                ..*s
+            }
+        };
+        mode::release(|s, c| decide(s.copied(), params, now_ms, c), sub, state)
     }
 
     fn expires_at_ms(state: &State, params: &Params, _now_ms: u64) -> u64 {

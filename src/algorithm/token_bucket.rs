@@ -2,7 +2,7 @@
 //! a request of cost n takes n tokens, admitted iff at least n are there. Allows a
 //! burst of B, then the sustained rate. Two numbers of state: tokens and when.
 
-use super::{Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
+use super::{mode, Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct State {
@@ -62,10 +62,37 @@ impl Model for TokenBucket {
     const ALLOWS_ZERO_RATE: bool = false;
     const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::Hash;
+    const CHARGE_REFUSAL: Option<&'static str> = None;
+    const RELEASES: bool = true;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
         decide(state.copied(), params, now_ms, cost)
+    }
+
+    /// Tokens may go negative: the debt the refill pays back at L per W.
+    fn charge(
+        state: Option<&State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+        need: u64,
+    ) -> (State, Decision) {
+        let add = |s: &State| State {
+            tokens: s.tokens - cost as f64,
+            ..*s
+        };
+        mode::charge(|s, c| decide(s.copied(), params, now_ms, c), add, state, need)
+    }
+
+    /// Tokens back, never more than the bucket holds.
+    fn release(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+        let burst = params.burst as f64;
+        let sub = |s: &State| State {
+            tokens: (s.tokens + cost as f64).min(burst),
+            ..*s
+        };
+        mode::release(|s, c| decide(s.copied(), params, now_ms, c), sub, state)
     }
 
     fn expires_at_ms(state: &State, params: &Params, _now_ms: u64) -> u64 {

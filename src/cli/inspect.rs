@@ -85,7 +85,7 @@ async fn inspect(args: &InspectArgs) -> Result<String, String> {
         ));
     };
     let planned = plan::resolve_all(Some(domain), &request).map_err(|e| e.to_string())?;
-    let plan = plan::build(Some(domain), &request, planned, (false, false));
+    let plan = plan::build(Some(domain), &request, planned, (false, false, false));
     let states = if plan.ops.is_empty() {
         Vec::new()
     } else {

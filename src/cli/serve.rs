@@ -173,6 +173,7 @@ fn limiter_options(settings: &ServeSettings) -> LimiterOptions {
     LimiterOptions {
         global_shadow_mode: settings.shadow_mode,
         global_quota_mode: settings.quota_mode,
+        overdraft_domains: settings.overdraft_domains.clone(),
         response_dynamic_metadata: settings.response_dynamic_metadata,
         headers: protection.headers.clone(),
         retry_after_jitter: protection.retry_after_jitter,

@@ -59,6 +59,7 @@ static DESCRIPTOR: Shape = Shape::Map(&[
     ("descriptors", &DESCRIPTORS),
     ("shadow_mode", &BOOL),
     ("quota_mode", &BOOL),
+    ("overdraft", &BOOL),
     ("detailed_metric", &BOOL),
     ("share_threshold", &BOOL),
     ("value_to_metric", &BOOL),

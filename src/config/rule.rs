@@ -34,6 +34,9 @@ pub struct Rule {
     /// envoyproxy/ratelimit's `quota_mode`: over its limit, this descriptor denies the
     /// request only when every quota-mode descriptor of the request is over too.
     pub quota_mode: bool,
+    /// tollgate extension `overdraft`: every hit is consumed, admitted while the
+    /// counter is below its limit (see `algorithm::Mode::Overdraft`).
+    pub overdraft: bool,
     /// `value_to_metric`: how each level of the path appears in the rule's metric
     /// key, when a level on it takes the request's value; `None` when none does.
     pub metric_levels: Option<Arc<[MetricLevel]>>,

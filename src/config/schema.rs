@@ -55,6 +55,9 @@ pub struct DescriptorYaml {
     /// envoyproxy/ratelimit: an over-limit quota-mode descriptor denies the request
     /// only when every quota-mode descriptor of it is over.
     pub quota_mode: Option<bool>,
+    /// tollgate extension: charges always consume and admit while the counter is
+    /// below its limit, so one charge may overdraw the budget (token budgets).
+    pub overdraft: Option<bool>,
     pub detailed_metric: Option<bool>,
     pub share_threshold: Option<Spanned<bool>>,
     pub value_to_metric: Option<bool>,

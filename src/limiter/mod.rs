@@ -38,6 +38,9 @@ pub struct LimiterOptions {
     /// `QUOTA_MODE`: every descriptor is quota-mode (the request is denied only when
     /// all of them are over).
     pub global_quota_mode: bool,
+    /// `--overdraft-domains`: every rule of these domains charges with `overdraft`
+    /// (for configs a control plane writes, such as Envoy Gateway's).
+    pub overdraft_domains: Vec<String>,
     /// `RESPONSE_DYNAMIC_METADATA`: the answer's `dynamic_metadata` describes the
     /// request and carries the passed descriptors' YAML `metadata`, as upstream's does.
     pub response_dynamic_metadata: bool,
@@ -137,7 +140,13 @@ impl Limiter {
             observe::matched(&matching, &descriptors);
             descriptors
         };
-        let modes = (global_shadow, self.options.global_quota_mode);
+        let overdraft = domain.is_some_and(|d| {
+            self.options
+                .overdraft_domains
+                .iter()
+                .any(|name| **name == *d.name)
+        });
+        let modes = (global_shadow, self.options.global_quota_mode, overdraft);
         let plan = plan::build(domain, request, descriptors, modes);
 
         let (decisions, local, fallback) = self.count(domain, &request.domain, &plan.ops).await?;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use tracing::field::Empty;
 
 use super::plan::{Plan, RequestPlan, rule_label, rule_name};
-use crate::algorithm::Decision;
+use crate::algorithm::{Decision, Mode};
+use crate::config::Rule;
 use crate::error::Error;
 use crate::metrics::{Metrics, RequestResult, RuleLabels, RuleOutcome};
 use crate::proto::rate_limit_response::Code;
@@ -68,24 +69,40 @@ pub(super) fn count_rules(
                 .max()
                 .unwrap_or(0)
         };
+        if first.mode == Mode::Release {
+            // A release is no hit: counted apart, given back or ignored.
+            let gives_back = first.params.algorithm.releases();
+            let outcome = RuleOutcome {
+                released: if gives_back { first.cost } else { 0 },
+                release_ignored: if gives_back { 0 } else { first.cost },
+                ..RuleOutcome::default()
+            };
+            metrics.rule(labels(first, *rule), &outcome);
+            continue;
+        }
         let outcome = RuleOutcome {
             hits: first.cost,
             over_limit,
             near_limit,
             shadowed: over_limit && shadow,
             from_local_cache: local.iter().any(|i| range.contains(i)),
+            ..RuleOutcome::default()
         };
-        let labels = RuleLabels {
-            domain: &first.key.domain,
-            // The rule's own name, also for an override that shares its counter.
-            rule: rule_label(*rule),
-            entries: &first.key.entries,
-            // Envoy's per-descriptor override has no rule to name its series: the
-            // descriptor does, one series per overridden descriptor as upstream keeps.
-            detailed: rule.is_none_or(|r| r.detailed_metric),
-            metric_levels: rule.and_then(|r| r.metric_levels.as_deref()),
-        };
-        metrics.rule(labels, &outcome);
+        metrics.rule(labels(first, *rule), &outcome);
+    }
+}
+
+/// The series a descriptor's outcome is counted on.
+fn labels<'a>(first: &'a CounterOp, rule: Option<&'a Rule>) -> RuleLabels<'a> {
+    RuleLabels {
+        domain: &first.key.domain,
+        // The rule's own name, also for an override that shares its counter.
+        rule: rule_label(rule),
+        entries: &first.key.entries,
+        // Envoy's per-descriptor override has no rule to name its series: the
+        // descriptor does, one series per overridden descriptor as upstream keeps.
+        detailed: rule.is_none_or(|r| r.detailed_metric),
+        metric_levels: rule.and_then(|r| r.metric_levels.as_deref()),
     }
 }
 

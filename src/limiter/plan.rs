@@ -15,6 +15,7 @@ use std::sync::{Arc, LazyLock};
 
 use compact_str::CompactString;
 
+use crate::algorithm::Mode;
 use crate::config::matcher;
 use crate::config::{Domain, Limit, Rule, RuleKind, Unit};
 use crate::error::Error;
@@ -190,7 +191,7 @@ pub fn build<'a>(
     domain: Option<&Domain>,
     request: &RateLimitRequest,
     mut descriptors: Vec<Plan<'a>>,
-    (global_shadow, global_quota): (bool, bool),
+    (global_shadow, global_quota, domain_overdraft): (bool, bool, bool),
 ) -> RequestPlan<'a> {
     // A quota-mode descriptor over its limit denies only when every quota-mode
     // descriptor of the request is over, so its counters cannot veto the batch, unless
@@ -231,6 +232,7 @@ pub fn build<'a>(
         let shadow = rule.is_some_and(|r| r.shadow_mode) || global_shadow;
         let quota = global_quota || rule.is_some_and(|r| r.quota_mode);
         let vetoes = !shadow && (!quota || quota_descriptors == 1);
+        let overdraft = domain_overdraft || rule.is_some_and(|r| r.overdraft);
         let first = ops.len();
         // Whose counter: the rule's, or for an override the rule it shares with.
         let counter_rule = match limits {
@@ -238,16 +240,37 @@ pub fn build<'a>(
             Limits::Config(_) => *rule,
         };
         for limit in limits.as_slice() {
+            let mode = mode(descriptor, limit, overdraft, quota);
             ops.push(CounterOp {
                 key: counter_key(domain_name, counter_rule, descriptor, *shared, limit),
                 params: limit.params(),
                 cost,
-                vetoes,
+                // A release is never denied, so it has nothing to veto with.
+                vetoes: vetoes && mode != Mode::Release,
+                mode,
             });
         }
         *range = first..ops.len();
     }
     RequestPlan { descriptors, ops }
+}
+
+/// What an operation does to its counter: Envoy's `is_negative_hits` releases; a
+/// rule with `overdraft` (or a domain named by `--overdraft-domains`) charges as an
+/// overdraft, a quota-mode one as upstream's INCRBY; otherwise it limits. A charge on
+/// an algorithm that refuses charges (refused at load for a rule's own keys, so only
+/// under the deployment-wide settings) limits.
+fn mode(descriptor: &RateLimitDescriptor, limit: &Limit, overdraft: bool, quota: bool) -> Mode {
+    let charges = limit.algorithm.charge_refusal().is_none();
+    if descriptor.is_negative_hits {
+        Mode::Release
+    } else if overdraft && charges {
+        Mode::Overdraft
+    } else if quota && charges {
+        Mode::Quota
+    } else {
+        Mode::Limit
+    }
 }
 
 pub fn counter_key(

@@ -37,6 +37,10 @@ pub struct RuleOutcome {
     pub shadowed: bool,
     /// Over the limit as the local over-limit cache answered, without the backend.
     pub from_local_cache: bool,
+    /// A release (`is_negative_hits`): its hits, given back (never counted as hits).
+    pub released: u64,
+    /// A release on an algorithm that gives nothing back: its hits, ignored.
+    pub release_ignored: u64,
 }
 
 /// Which rule a descriptor's outcome is counted on: plain labels, borrowed from the
@@ -106,8 +110,10 @@ impl EncodeLabelSet for SeriesLabels {
     }
 }
 
-/// One rule's six counters.
+/// One rule's counters.
 struct RuleCounters {
+    released: Counter,
+    release_ignored: Counter,
     hits: Counter,
     within_limit: Counter,
     over_limit: Counter,
@@ -120,6 +126,12 @@ struct RuleCounters {
 
 impl RuleCounters {
     fn record(&self, outcome: &RuleOutcome) {
+        if outcome.released > 0 {
+            self.released.inc_by(outcome.released);
+        }
+        if outcome.release_ignored > 0 {
+            self.release_ignored.inc_by(outcome.release_ignored);
+        }
         let hits = outcome.hits;
         if hits == 0 {
             return; // a check-only call counts nothing
@@ -161,6 +173,8 @@ pub(super) struct RuleMetrics {
     near_limit: Family<SeriesLabels, Counter>,
     shadow_mode: Family<SeriesLabels, Counter>,
     over_limit_with_local_cache: Family<SeriesLabels, Counter>,
+    released: Family<SeriesLabels, Counter>,
+    release_ignored: Family<SeriesLabels, Counter>,
     /// Handles of the rules without `detailed_metric`, by domain then rule path.
     handles: RwLock<FastMap<Arc<str>, ByPath>>,
     /// Handles of the series made from request values, bounded.
@@ -184,6 +198,8 @@ impl RuleMetrics {
             near_limit: Family::default(),
             shadow_mode: Family::default(),
             over_limit_with_local_cache: Family::default(),
+            released: Family::default(),
+            release_ignored: Family::default(),
             handles: RwLock::default(),
             valued: Valued::new(bounds),
             folded: Family::default(),
@@ -215,6 +231,16 @@ impl RuleMetrics {
                 "over_limit_with_local_cache",
                 "Hits over the limit answered by the local over-limit cache, without the backend",
                 &metrics.over_limit_with_local_cache,
+            ),
+            (
+                "released",
+                "Hits given back by releases (is_negative_hits); never counted as hits",
+                &metrics.released,
+            ),
+            (
+                "release_ignored",
+                "Hits of releases on an algorithm that gives nothing back (sliding_log, leaky_bucket)",
+                &metrics.release_ignored,
             ),
         ];
         for (name, help, family) in families {
@@ -339,8 +365,10 @@ impl RuleMetrics {
         }
     }
 
-    fn families(&self) -> [&Family<SeriesLabels, Counter>; 6] {
+    fn families(&self) -> [&Family<SeriesLabels, Counter>; 8] {
         [
+            &self.released,
+            &self.release_ignored,
             &self.hits,
             &self.within_limit,
             &self.over_limit,
@@ -361,6 +389,8 @@ impl RuleMetrics {
             over_limit_with_local_cache: self
                 .over_limit_with_local_cache
                 .get_or_create_owned(labels),
+            released: self.released.get_or_create_owned(labels),
+            release_ignored: self.release_ignored.get_or_create_owned(labels),
         }
     }
 }

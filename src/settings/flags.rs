@@ -28,6 +28,9 @@ pub struct ServeFlags {
     /// Treat every descriptor as quota-mode: a request is denied only when all of its descriptors are over their limits (also $QUOTA_MODE)
     #[arg(long)]
     pub quota_mode: bool,
+    /// Domains whose every rule charges with `overdraft` (always consumed, admitted while below the limit), for configs a control plane writes; comma-separated (also $OVERDRAFT_DOMAINS)
+    #[arg(long, value_delimiter = ',')]
+    pub overdraft_domains: Vec<String>,
     /// Fill the answer's dynamic_metadata with the request and the passed descriptors' YAML metadata, as envoyproxy/ratelimit does (also $RESPONSE_DYNAMIC_METADATA)
     #[arg(long)]
     pub response_dynamic_metadata: bool,

@@ -59,6 +59,9 @@ pub struct ServeSettings {
     pub shadow_mode: bool,
     /// `QUOTA_MODE`: every descriptor is quota-mode.
     pub quota_mode: bool,
+    /// `--overdraft-domains` / `OVERDRAFT_DOMAINS`: every rule of these charges with
+    /// `overdraft`.
+    pub overdraft_domains: Vec<String>,
     /// `RESPONSE_DYNAMIC_METADATA`: describe the request in the answer's metadata.
     pub response_dynamic_metadata: bool,
     /// Keep answering (NOT_SERVING) this long after SIGTERM before closing.
@@ -105,6 +108,16 @@ impl ServeSettings {
             debug_addr,
             shadow_mode: flags.shadow_mode || env_bool(&var, "SHADOW_MODE", false)?,
             quota_mode: flags.quota_mode || env_bool(&var, "QUOTA_MODE", false)?,
+            overdraft_domains: if flags.overdraft_domains.is_empty() {
+                var("OVERDRAFT_DOMAINS")
+                    .map(|list| list.split(',').map(|d| d.trim().to_owned()).collect())
+                    .unwrap_or_default()
+            } else {
+                flags.overdraft_domains.clone()
+            }
+            .into_iter()
+            .filter(|d: &String| !d.is_empty())
+            .collect(),
             response_dynamic_metadata: flags.response_dynamic_metadata
                 || env_bool(&var, "RESPONSE_DYNAMIC_METADATA", false)?,
             drain: Duration::from_secs_f64(drain_seconds),

@@ -27,7 +27,7 @@ use moka::Expiry;
 use moka::sync::Cache;
 
 use super::{CounterKey, CounterOp, PingFuture, Store, StoreFuture};
-use crate::algorithm::Decision;
+use crate::algorithm::{Decision, Mode};
 use crate::hash::FastState;
 
 /// Identity of a cached denial: the counter and the limit it was denied under (a
@@ -97,7 +97,7 @@ impl<S: Store> OverLimitCache<S> {
     }
 
     fn cached(&self, op: &CounterOp, now: Instant) -> Option<Duration> {
-        if op.cost == 0 {
+        if op.cost == 0 || op.mode != Mode::Limit {
             return None;
         }
         self.denied
@@ -110,6 +110,7 @@ impl<S: Store> OverLimitCache<S> {
         for (op, d) in ops.iter().zip(decisions) {
             // Only a denial of the smallest cost says what every costed call will get.
             if op.cost == 1
+                && op.mode == Mode::Limit
                 && !d.allowed
                 && let Some(retry) = d.retry_after.filter(|r| !r.is_zero())
             {
@@ -133,7 +134,14 @@ impl<S: Store> OverLimitCache<S> {
             } else {
                 ops.iter().map(|op| self.cached(op, now)).collect()
             };
-        if cached.iter().all(Option::is_none) {
+        // A release can make a remembered denial wrong: it is forgotten (on this
+        // replica; another replica's copy lasts until its retry-after). A request
+        // with a charge or a release always goes to the store whole: they are
+        // consumed whatever the answer, never decided in a dry run.
+        for op in ops.iter().filter(|op| op.mode == Mode::Release) {
+            self.denied.invalidate(&key(op));
+        }
+        if cached.iter().all(Option::is_none) || ops.iter().any(|op| op.mode != Mode::Limit) {
             let decisions = self.inner.decide(ops).await?;
             self.remember(ops, &decisions, now);
             return Ok(decisions);

@@ -284,13 +284,16 @@ impl MemoryStore {
                 Some(j) => Some(&tentative[j]),
                 None => stored[i].1.as_ref(),
             };
-            let (state, decision) = algorithm::decide(prior, &op.params, now, op.cost);
+            let (state, decision) = algorithm::apply(prior, &op.params, now, op.cost, op.mode);
             vetoed |= op.vetoes && !decision.allowed;
             tentative.push(state);
             decisions.push(decision);
         }
 
-        if vetoed {
+        if vetoed && !dry_run {
+            self.unwind(ops, &stored, &mut decisions, now);
+            self.commit_charges(ops, &stored, &mut decisions, now);
+        } else if vetoed {
             // Nothing is consumed: report what the allowed counters hold without us.
             // Same convention as lua/batch.lua: remaining and reset of a check-only call
             // on the untouched state, and no shaping wait for what was not consumed.
@@ -309,7 +312,10 @@ impl MemoryStore {
             for (i, op) in ops.iter().enumerate().rev() {
                 let later = || ops[i + 1..].iter().zip(&decisions[i + 1..]);
                 // Written already by a later admitted operation on the same counter.
-                if !decisions[i].allowed || later().any(|(o, d)| d.allowed && o.key == op.key) {
+                let writes = |o: &CounterOp, d: &Decision| d.allowed || o.commits();
+                if !writes(op, &decisions[i])
+                    || later().any(|(o, d)| writes(o, d) && o.key == op.key)
+                {
                     continue;
                 }
                 let last = ops.iter().rposition(|o| o.key == op.key).unwrap_or(i);
@@ -319,6 +325,61 @@ impl MemoryStore {
             }
         }
         decisions
+    }
+}
+
+impl MemoryStore {
+    /// A denied request's limits consume nothing: each allowed one reports what a
+    /// check of the untouched counter reports (as lua/batch.lua's `unwind`).
+    fn unwind(
+        &self,
+        ops: &[CounterOp],
+        stored: &[(Option<Slot>, Option<State>)],
+        decisions: &mut [Decision],
+        now: u64,
+    ) {
+        for (i, (op, decision)) in ops.iter().zip(decisions.iter_mut()).enumerate() {
+            if decision.allowed && !op.commits() {
+                let check = algorithm::decide(stored[i].1.as_ref(), &op.params, now, 0).1;
+                decision.remaining = check.remaining;
+                decision.reset_after = check.reset_after;
+                decision.delay = std::time::Duration::ZERO;
+            }
+        }
+    }
+
+    /// A denied request's charges and releases happen all the same: decided again in
+    /// order on the counters without the limits' hits, and written (as lua/batch.lua).
+    fn commit_charges(
+        &self,
+        ops: &[CounterOp],
+        stored: &[(Option<Slot>, Option<State>)],
+        decisions: &mut [Decision],
+        now: u64,
+    ) {
+        let mut committed: Vec<Option<State>> = vec![None; ops.len()];
+        for (i, op) in ops.iter().enumerate() {
+            if !op.commits() {
+                continue;
+            }
+            let prior = match ops[..i]
+                .iter()
+                .rposition(|earlier| earlier.key == op.key && earlier.commits())
+            {
+                Some(j) => committed[j].as_ref(),
+                None => stored[i].1.as_ref(),
+            };
+            let (state, decision) = algorithm::apply(prior, &op.params, now, op.cost, op.mode);
+            decisions[i] = decision;
+            committed[i] = Some(state);
+        }
+        for (i, op) in ops.iter().enumerate() {
+            let later = ops[i + 1..].iter().any(|o| o.key == op.key && o.commits());
+            if let Some(state) = committed[i].take().filter(|_| !later) {
+                let expires_ms = algorithm::expires_at_ms(&state, &op.params, now);
+                self.write(&op.key, stored[i].0.as_ref(), Entry { state, expires_ms });
+            }
+        }
     }
 }
 

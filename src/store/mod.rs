@@ -22,7 +22,7 @@ use compact_str::CompactString;
 use smallvec::SmallVec;
 
 pub use self::backend::Backend;
-use crate::algorithm::{Algorithm, Decision, Params};
+use crate::algorithm::{Algorithm, Decision, Mode, Params};
 use crate::metrics::BackendErrorKind;
 
 /// A counter key's descriptor entries, `(key, value)`. A key is built per limit per
@@ -123,6 +123,18 @@ pub struct CounterOp {
     /// is consumed. False for shadow-mode rules: they are decided and reported, but the
     /// request goes through, so the batch's other counters are consumed.
     pub vetoes: bool,
+    /// Limit, charge (always consumed) or release (given back): see
+    /// [`crate::algorithm::Mode`]. An operation that commits
+    /// ([`CounterOp::commits`]) is written whatever the request's answer, never
+    /// refunded, and never answered from the over-limit cache.
+    pub mode: Mode,
+}
+
+impl CounterOp {
+    /// Whether its new state is written whatever its answer and the request's.
+    pub fn commits(&self) -> bool {
+        self.mode.commits_on(self.params.algorithm)
+    }
 }
 
 /// Why a store could not decide.

@@ -10,7 +10,7 @@
 //!   `.time_zone`: into the
 //!   descriptor's `rate_limit`;
 //! - `tollgate.rate_limits`, `.hash_tag`, `.tarpit`, `.share_threshold`,
-//!   `.value_to_metric`: onto the descriptor;
+//!   `.value_to_metric`, `.overdraft`: onto the descriptor;
 //! - `tollgate.domain.failure_mode`, `.hash_tag`, `.raw_body`: onto the domain (only
 //!   on a first-level descriptor).
 //!
@@ -37,6 +37,7 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "tarpit",
     "share_threshold",
     "value_to_metric",
+    "overdraft",
 ];
 const DOMAIN_KEYS: &[&str] = &["failure_mode", "hash_tag", "raw_body"];
 

@@ -17,6 +17,7 @@ mod common;
 mod stack;
 
 mod budgets;
+mod budgets_enforced;
 mod budgets_wire;
 
 mod e2e_answers;

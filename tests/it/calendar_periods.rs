@@ -4,7 +4,8 @@
 //! Around month ends, a leap day and daylight-saving changes in Europe/Berlin,
 //! America/New_York, Australia/Sydney, Asia/Kolkata and UTC: the two stores agree on
 //! every decision (a differential of their own, from instants chosen near the
-//! boundaries), and the reset they report is the real end of the period. The limiter
+//! boundaries; limits, charges and releases), and the reset they report is the real
+//! end of the period. The limiter
 //! reads the same config key end to end (`Limiter` over a memory store).
 
 use crate::common;
@@ -16,7 +17,7 @@ use std::time::Duration;
 use chrono::NaiveDateTime;
 use common::server::{config, descriptor, request};
 use tollgate::algorithm::calendar::{Calendar, CalendarUnit};
-use tollgate::algorithm::{Algorithm, Decision, Params};
+use tollgate::algorithm::{Algorithm, Decision, Mode, Params};
 use tollgate::clock::ManualClock;
 use tollgate::limiter::{Limiter, LimiterOptions};
 use tollgate::proto::rate_limit_response::Code;
@@ -77,6 +78,17 @@ fn nominal_secs(unit: CalendarUnit) -> u64 {
 }
 
 fn op(algorithm: Algorithm, rule: &str, limit: u64, cal: Calendar, cost: u64) -> CounterOp {
+    op_in(Mode::Limit, algorithm, rule, limit, cal, cost)
+}
+
+fn op_in(
+    mode: Mode,
+    algorithm: Algorithm,
+    rule: &str,
+    limit: u64,
+    cal: Calendar,
+    cost: u64,
+) -> CounterOp {
     let window_secs = nominal_secs(cal.unit) * u64::from(cal.every);
     CounterOp {
         key: CounterKey {
@@ -97,7 +109,8 @@ fn op(algorithm: Algorithm, rule: &str, limit: u64, cal: Calendar, cost: u64) ->
             calendar: Some(cal),
         },
         cost,
-        vetoes: true,
+        vetoes: mode != Mode::Release,
+        mode,
     }
 }
 
@@ -184,13 +197,19 @@ async fn both_stores_agree_across_month_ends_leap_days_and_dst_changes() {
                     clock.set_millis(now);
                     let cost = [0, 1, 1, 1, 2, limit + 1][rng.below(6) as usize];
                     let rule = &rules[rng.below(2) as usize];
-                    let ops = [op(algorithm, rule, limit, cal, cost)];
+                    // Now and then a charge (a budget's overdraft, upstream's quota)
+                    // or a release, which count in the same periods.
+                    let mode = [Mode::Overdraft, Mode::Quota, Mode::Release]
+                        .get(rng.below(8) as usize)
+                        .copied()
+                        .unwrap_or(Mode::Limit);
+                    let ops = [op_in(mode, algorithm, rule, limit, cal, cost)];
                     let expected = model.decide_now(&ops);
                     let got = lua(&mut conn, &prefix, &ops, now).await;
                     decided += 1;
                     if got != expected && disagreements.len() < 5 {
                         disagreements.push(format!(
-                            "{} {zone} {unit:?}x{every} at {now} cost {cost}: model {expected:?} lua {got:?}",
+                            "{} {zone} {unit:?}x{every} at {now} {mode:?} {cost}: model {expected:?} lua {got:?}",
                             algorithm.name()
                         ));
                     }

@@ -1,6 +1,7 @@
 //! The Lua scripts against the Rust models: for every algorithm, at least 10,000
 //! random operations (costs including check-only and impossible ones, batches with
-//! repeated counters and shadow operations, time standing still, creeping and
+//! repeated counters and shadow operations, overdraft and quota charges and releases
+//! (`algorithm::Mode`), time standing still, creeping and
 //! jumping) go through `lua/batch.lua` on a real Redis, with the time injected, and
 //! through the memory store (the Rust models) on a manual clock. Each script call
 //! carries 1 to 4 requests as segments (some of them dry runs), or a hot counter's
@@ -12,7 +13,7 @@ use crate::common;
 
 use std::sync::Arc;
 
-use tollgate::algorithm::{Algorithm, Decision, Params};
+use tollgate::algorithm::{Algorithm, Decision, Mode, Params};
 use tollgate::clock::ManualClock;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::scripts::{self, Segment, WireOp};
@@ -79,6 +80,30 @@ fn cost(rng: &mut Rng, p: &Params) -> u64 {
     }
 }
 
+/// What an operation does: mostly a limit, now and then an overdraft or upstream
+/// quota charge (where the algorithm defines charges; elsewhere they arrive as
+/// limits, as the plan sends them) or a release (which never vetoes, as planned).
+fn op(rng: &mut Rng, key: &CounterKey, p: &Params) -> CounterOp {
+    let mode = match rng.below(10) {
+        0 | 1 if p.algorithm.charge_refusal().is_none() => Mode::Overdraft,
+        2 if p.algorithm.charge_refusal().is_none() => Mode::Quota,
+        3 => Mode::Release,
+        _ => Mode::Limit,
+    };
+    let mut cost = cost(rng, p);
+    if mode != Mode::Limit && cost == u64::MAX {
+        // Charges count in full up to 2^53 on the wire; a charge of 2^64 is no test.
+        cost = p.limit * 3 + rng.below(100);
+    }
+    CounterOp {
+        key: key.clone(),
+        params: *p,
+        cost,
+        vetoes: mode != Mode::Release && rng.below(5) != 0,
+        mode,
+    }
+}
+
 fn step(rng: &mut Rng, p: &Params) -> u64 {
     let interval = (p.window_ms / p.limit).max(1);
     match rng.below(10) {
@@ -134,22 +159,16 @@ async fn run(algorithm: Algorithm, seed: u64) {
             // Now and then the call is a hot counter's: 2 to 21 alike one-operation
             // requests, which the call sends as one run (scripts/runs.rs).
             let requests: Vec<Vec<CounterOp>> = if rng.below(6) == 0 {
-                let op = CounterOp {
-                    key: keys[rng.below(2) as usize].clone(),
-                    params: p,
-                    cost: cost(&mut rng, &p),
-                    vetoes: rng.below(5) != 0,
-                };
+                let key = &keys[rng.below(2) as usize];
+                let op = op(&mut rng, key, &p);
                 vec![vec![op]; 2 + rng.below(20) as usize]
             } else {
                 (0..1 + rng.below(4))
                     .map(|_| {
                         (0..1 + rng.below(3))
-                            .map(|_| CounterOp {
-                                key: keys[rng.below(2) as usize].clone(),
-                                params: p,
-                                cost: cost(&mut rng, &p),
-                                vetoes: rng.below(5) != 0,
+                            .map(|_| {
+                                let key = &keys[rng.below(2) as usize];
+                                op(&mut rng, key, &p)
                             })
                             .collect()
                     })
@@ -202,7 +221,7 @@ async fn run(algorithm: Algorithm, seed: u64) {
                     .iter()
                     .map(|ops| {
                         ops.iter()
-                            .map(|o| (o.key.rule.to_string(), o.cost, o.vetoes))
+                            .map(|o| (o.key.rule.to_string(), o.cost, o.vetoes, o.mode))
                             .collect()
                     })
                     .collect();

@@ -50,6 +50,7 @@ fn fixed_window_op(limit: u64) -> CounterOp {
         params,
         cost: 1,
         vetoes: true,
+        mode: tollgate::algorithm::Mode::Limit,
     }
 }
 

@@ -47,6 +47,7 @@ fn op(entries: &[(&str, &str)], limit: u64, cost: u64) -> CounterOp {
         },
         cost,
         vetoes: true,
+        mode: tollgate::algorithm::Mode::Limit,
     }
 }
 

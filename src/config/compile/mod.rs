@@ -226,6 +226,7 @@ impl Compiler<'_> {
         RuleFlags {
             shadow_mode: d.shadow_mode.unwrap_or(false),
             quota_mode: d.quota_mode.unwrap_or(false),
+            overdraft: d.overdraft.unwrap_or(false),
             detailed_metric: d.detailed_metric.unwrap_or(false),
             metric_levels: metric_levels
                 .contains(&MetricLevel::RequestValue)

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_saphyr::Spanned;
 
 use super::{Compiler, limit};
+use crate::config::Limit;
 use crate::config::diagnostics::{ConfigError, key_line};
 use crate::config::rule::{Metadata, MetricLevel, Rule, RuleKind, Tarpit};
 use crate::config::schema::{DescriptorYaml, RateLimitYaml};
@@ -53,6 +54,7 @@ impl Compiler<'_> {
                 ok = false;
             }
         }
+        ok &= self.charges_defined(&what, &flags, &limits, line);
         let kind = if unlimited {
             RuleKind::Unlimited
         } else {
@@ -65,6 +67,7 @@ impl Compiler<'_> {
             replaces: replaces.into_iter().map(|(r, _)| r).collect(),
             shadow_mode: flags.shadow_mode,
             quota_mode: flags.quota_mode,
+            overdraft: flags.overdraft,
             detailed_metric: flags.detailed_metric,
             metric_levels: flags.metric_levels,
             metadata: flags.metadata,
@@ -73,6 +76,36 @@ impl Compiler<'_> {
         };
         self.rules.push(rule.clone());
         ok.then_some(rule)
+    }
+
+    /// `overdraft` and `quota_mode` charge: refused, with the model's reason, on an
+    /// algorithm where a charge makes no sense.
+    fn charges_defined(
+        &mut self,
+        what: &str,
+        flags: &RuleFlags,
+        limits: &[Limit],
+        line: u64,
+    ) -> bool {
+        let key = match (flags.overdraft, flags.quota_mode) {
+            (true, _) => "overdraft",
+            (false, true) => "quota_mode",
+            (false, false) => return true,
+        };
+        let mut ok = true;
+        for limit in limits {
+            if let Some(reason) = limit.algorithm.charge_refusal() {
+                self.error(
+                    line,
+                    format!(
+                        "{what}: {key}: not defined for algorithm '{}': {reason}",
+                        limit.algorithm.name()
+                    ),
+                );
+                ok = false;
+            }
+        }
+        ok
     }
 
     /// `rate_limit`, or each entry of `rate_limits`, with its name in messages.
@@ -131,6 +164,7 @@ impl Compiler<'_> {
 pub(super) struct RuleFlags {
     pub(super) shadow_mode: bool,
     pub(super) quota_mode: bool,
+    pub(super) overdraft: bool,
     pub(super) detailed_metric: bool,
     pub(super) metric_levels: Option<Arc<[MetricLevel]>>,
     pub(super) metadata: Option<Metadata>,

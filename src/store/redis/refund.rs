@@ -67,7 +67,9 @@ impl RefundGuard {
         let group: Vec<Refund> = indices
             .iter()
             .filter_map(|&i| {
-                let reply = replies[i].filter(|r| ops[i].cost > 0 && r.decision.allowed)?;
+                // A charge or a release is never given back: it happened whatever the answer.
+                let reply = replies[i]
+                    .filter(|r| ops[i].cost > 0 && r.decision.allowed && !ops[i].commits())?;
                 Some(Refund {
                     key: keys[i].clone(),
                     op: WireOp::new(&ops[i]),

@@ -119,5 +119,6 @@ pub fn hourly(domain: &str, value: &str, limit: u64) -> CounterOp {
         },
         cost: 1,
         vetoes: true,
+        mode: tollgate::algorithm::Mode::Limit,
     }
 }

@@ -65,6 +65,7 @@ fn op() -> WireOp {
         params,
         cost: 1,
         vetoes: true,
+        mode: crate::algorithm::Mode::Limit,
     })
 }
 

@@ -189,6 +189,20 @@ impl Cluster {
         groups: &[Group],
         deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
+        // A charge or a release is never refunded, so a request carrying one must run
+        // each group once: no race (a lost race walks again) and no second look.
+        if ops.iter().any(CounterOp::commits) {
+            let ids = self.headroom.ids(keys, ops);
+            return self
+                .check_then_walk(Request {
+                    keys,
+                    ops,
+                    ids: &ids,
+                    groups,
+                    deadline,
+                })
+                .await;
+        }
         let decisions = self.acquire_once(keys, ops, groups, deadline).await?;
         let denied = decisions
             .iter()

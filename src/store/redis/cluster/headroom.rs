@@ -241,6 +241,7 @@ mod tests {
             },
             cost,
             vetoes: true,
+            mode: crate::algorithm::Mode::Limit,
         }
     }
 

@@ -10,6 +10,7 @@ use super::runs;
 use super::{BATCH, BATCH_ANY_SLOT, REFUND};
 use crate::algorithm::calendar::Calendar;
 use crate::clock::{Clock, SystemClock};
+use crate::algorithm::Mode;
 use crate::store::CounterOp;
 
 /// One operation as both scripts read it, owned and `Copy` so a request can wait in
@@ -25,11 +26,13 @@ pub struct WireOp {
     pub(super) vetoes: bool,
     /// `time_zone`: the periods are sent with the operation ([`CALENDAR_LEN`]).
     pub(super) calendar: Option<Calendar>,
+    /// The mode's bits, `Mode::wire_bits` (bits 1-2 of the flags byte).
+    pub(super) mode: u8,
 }
 
 /// The bytes [`WireOp::write`] makes: struct format `<BBddddBd` in the scripts (a
 /// flag, the algorithm id, limit, window, burst, max delay as little-endian doubles,
-/// the vetoes flag, the cost as a double).
+/// the flags byte (vetoes, mode), the cost as a double).
 const OP_LEN: usize = 1 + 1 + 4 * 8 + 1 + 8;
 
 /// The bytes an operation with a calendar adds after [`OP_LEN`]: the starts of six
@@ -62,10 +65,16 @@ impl WireOp {
                 .max_delay_ms
                 .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
             // Lua numbers are doubles: costs above the burst or limit are all equally
-            // impossible, so they are clamped to stay exact.
-            cost: op.cost.min(p.limit.max(p.burst).saturating_add(1)),
+            // impossible, so they are clamped to stay exact. A charge or a release
+            // counts in full (up to 2^53, where doubles stop being exact).
+            cost: if op.mode == Mode::Limit {
+                op.cost.min(p.limit.max(p.burst).saturating_add(1))
+            } else {
+                op.cost.min(1 << 53)
+            },
             vetoes: op.vetoes,
             calendar: p.calendar,
+            mode: op.mode.wire_bits(),
         }
     }
 
@@ -91,7 +100,7 @@ impl WireOp {
         for (i, x) in numbers.into_iter().enumerate() {
             buf[2 + 8 * i..10 + 8 * i].copy_from_slice(&x.to_le_bytes());
         }
-        buf[34] = u8::from(self.vetoes);
+        buf[34] = u8::from(self.vetoes) | self.mode;
         buf[35..OP_LEN].copy_from_slice(&(self.cost as f64).to_le_bytes());
         let Some(calendar) = self.calendar else {
             cmd.arg(&buf[..OP_LEN]);
@@ -253,6 +262,7 @@ mod tests {
             params: limit.params(),
             cost,
             vetoes,
+            mode: crate::algorithm::Mode::Limit,
         }
     }
 
@@ -393,6 +403,7 @@ mod tests {
             cost: u64::MAX,
             vetoes: true,
             calendar: None,
+            mode: 0,
         };
         let mut cmd = Cmd::new();
         wire.write(&mut cmd, Flag::StartsDry, 0);

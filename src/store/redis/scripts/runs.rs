@@ -75,6 +75,7 @@ mod tests {
             cost,
             vetoes: true,
             calendar: None,
+            mode: 0,
         }
     }
 
