@@ -103,9 +103,7 @@ impl Calendar {
             CalendarUnit::Day => days,
             // 1970-01-01 was a Thursday: Monday 1969-12-29 starts week 0.
             CalendarUnit::Week => (days + 3).div_euclid(7),
-            CalendarUnit::Month => {
-                (i64::from(date.year()) - 1970) * 12 + i64::from(date.month0())
-            }
+            CalendarUnit::Month => (i64::from(date.year()) - 1970) * 12 + i64::from(date.month0()),
             CalendarUnit::Year => i64::from(date.year()) - 1970,
         }
     }
@@ -224,7 +222,10 @@ mod tests {
     fn weeks_start_on_monday_and_multipliers_group_from_1970() {
         let w = cal("UTC", CalendarUnit::Week, 1);
         // Wednesday 2024-05-15 is in the week of Monday 13 May.
-        assert_eq!(w.period_at(utc("2024-05-15T10:00:00")).start, utc("2024-05-13T00:00:00"));
+        assert_eq!(
+            w.period_at(utc("2024-05-15T10:00:00")).start,
+            utc("2024-05-13T00:00:00")
+        );
         let q = cal("Europe/Berlin", CalendarUnit::Month, 3);
         let p = q.period_at(utc("2024-05-15T10:00:00"));
         assert_eq!(p.start, utc("2024-03-31T22:00:00"));

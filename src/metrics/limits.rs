@@ -152,13 +152,19 @@ descriptors:
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
-        assert!(!text.contains("rule=\"free\""), "unlimited: no gauge\n{text}");
+        assert!(
+            !text.contains("rule=\"free\""),
+            "unlimited: no gauge\n{text}"
+        );
         gauges.set(&config(
             "domain: d\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 7}\n",
         ));
         let text = scrape(&registry);
         assert!(text.contains("limit=\"second\"} 7"), "{text}");
-        assert!(!text.contains("burst") && !text.contains("Berlin"), "{text}");
+        assert!(
+            !text.contains("burst") && !text.contains("Berlin"),
+            "{text}"
+        );
     }
 
     #[test]

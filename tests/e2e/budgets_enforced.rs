@@ -43,7 +43,12 @@ fn a_token_budget_holds_when_the_cost_is_known_only_after_the_response() {
     let mut spent = 0;
     for i in 0..3 {
         let response = http::send(listener, call("/v1/chat", "acme", cost, 0));
-        assert_eq!(response.status, 200, "request {i}: {response:?}\n{}", logs());
+        assert_eq!(
+            response.status,
+            200,
+            "request {i}: {response:?}\n{}",
+            logs()
+        );
         spent += cost;
         // The charge is sent when the stream is done, after the client has its
         // answer: wait until tollgate counted it before the next check.
@@ -104,7 +109,12 @@ fn c_concurrent_slow_requests_are_admitted_and_the_next_when_one_finishes() {
     // 3 in flight per tenant (limits.yaml); 8 requests of 3 s at once.
     let responses = slow(listener, 8, 3_000);
     let ok = responses.iter().filter(|r| r.status == 200).count();
-    assert_eq!(ok, 3, "{:?}", responses.iter().map(|r| r.status).collect::<Vec<_>>());
+    assert_eq!(
+        ok,
+        3,
+        "{:?}",
+        responses.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
     // All finished: the slots are free again, and the 429s did not free any early.
     let responses = slow(listener, 4, 0);
     let ok = responses.iter().filter(|r| r.status == 200).count();
@@ -165,6 +175,9 @@ fn an_envoy_killed_mid_request_gives_its_slots_back_within_the_lease() {
     assert!(back, "the slots never came back");
     // The lease in limits.yaml is 10 s: not before it (minus the time to start the
     // new Envoy), and soon after.
-    assert!(after >= Duration::from_secs(5), "back after {after:?}: before the lease");
+    assert!(
+        after >= Duration::from_secs(5),
+        "back after {after:?}: before the lease"
+    );
     assert!(after <= Duration::from_secs(20), "back after {after:?}");
 }

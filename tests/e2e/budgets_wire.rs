@@ -28,7 +28,8 @@ fn add_route_level(config: &mut Value) {
         ["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
         .as_array_mut()
         .expect("routes");
-    let tenant = json!({ "request_headers": { "header_name": "x-tenant", "descriptor_key": "tenant" } });
+    let tenant =
+        json!({ "request_headers": { "header_name": "x-tenant", "descriptor_key": "tenant" } });
     routes.insert(
         0,
         json!({
@@ -76,8 +77,16 @@ fn envoy_sends_the_check_the_charge_and_the_release_as_the_guide_says() {
     assert!(eventually(WAIT, chat), "{:?}\n{}", capture.calls(), logs());
     let sent = capture.with_entry("tenant", "acme");
     assert_eq!(sent[0].domain, "budgets");
-    assert_eq!(sent[0].hits_addend, Some(0), "the request-time check: {sent:?}");
-    assert_eq!(sent[1].hits_addend, Some(37), "the charge at stream done: {sent:?}");
+    assert_eq!(
+        sent[0].hits_addend,
+        Some(0),
+        "the request-time check: {sent:?}"
+    );
+    assert_eq!(
+        sent[1].hits_addend,
+        Some(37),
+        "the charge at stream done: {sent:?}"
+    );
     assert!(!sent[0].is_negative_hits && !sent[1].is_negative_hits);
 
     // The concurrency limit: acquire, then release at stream done.
@@ -87,10 +96,16 @@ fn envoy_sends_the_check_the_charge_and_the_release_as_the_guide_says() {
     assert!(eventually(WAIT, jobs), "{:?}", capture.calls());
     let sent = capture.with_entry("tenant", "jobs");
     assert_eq!(sent[0].domain, "concurrency");
-    assert_eq!((sent[0].hits_addend, sent[0].is_negative_hits), (None, false));
+    assert_eq!(
+        (sent[0].hits_addend, sent[0].is_negative_hits),
+        (None, false)
+    );
     // The request-level hits_addend is not set either: 0, which counts as 1.
     assert_eq!(sent[0].request_hits, 0);
-    assert_eq!((sent[1].hits_addend, sent[1].is_negative_hits), (Some(1), true));
+    assert_eq!(
+        (sent[1].hits_addend, sent[1].is_negative_hits),
+        (Some(1), true)
+    );
 
     // A denied request's stream ends too: Envoy sends its release as well.
     let response = crate::stack::http::send(listener, call("/v1/jobs", "denied", 0, 0));
@@ -98,7 +113,10 @@ fn envoy_sends_the_check_the_charge_and_the_release_as_the_guide_says() {
     let denied = || capture.with_entry("tenant", "denied").len() >= 2;
     assert!(eventually(WAIT, denied), "{:?}", capture.calls());
     let sent = capture.with_entry("tenant", "denied");
-    assert_eq!((sent[1].hits_addend, sent[1].is_negative_hits), (Some(1), true));
+    assert_eq!(
+        (sent[1].hits_addend, sent[1].is_negative_hits),
+        (Some(1), true)
+    );
 
     // Route-level rate_limits: loaded without a word, hits_addend and
     // is_negative_hits gone from what is sent (the release becomes one more hit).
@@ -108,6 +126,10 @@ fn envoy_sends_the_check_the_charge_and_the_release_as_the_guide_says() {
     assert!(eventually(WAIT, route), "{:?}", capture.calls());
     let sent = capture.with_entry("tenant", "route");
     for s in &sent {
-        assert_eq!((s.hits_addend, s.is_negative_hits), (None, false), "{sent:?}");
+        assert_eq!(
+            (s.hits_addend, s.is_negative_hits),
+            (None, false),
+            "{sent:?}"
+        );
     }
 }

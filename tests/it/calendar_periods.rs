@@ -294,18 +294,54 @@ async fn a_berlin_month_ends_at_local_midnight_on_both_stores() {
 #[tokio::test]
 async fn days_and_years_have_their_real_lengths_on_both_stores() {
     let cases = [
-        ("America/New_York", CalendarUnit::Day, "2024-11-03T04:00:00", 25 * 3600),
-        ("Europe/Berlin", CalendarUnit::Day, "2024-03-30T23:00:00", 23 * 3600),
-        ("Australia/Sydney", CalendarUnit::Day, "2024-04-06T13:00:00", 25 * 3600),
-        ("Asia/Kolkata", CalendarUnit::Day, "2024-02-29T18:30:00", 24 * 3600),
-        ("UTC", CalendarUnit::Year, "2024-01-01T00:00:00", 366 * 86_400),
-        ("Europe/Berlin", CalendarUnit::Week, "2024-10-20T22:00:00", 7 * 86_400 + 3600),
+        (
+            "America/New_York",
+            CalendarUnit::Day,
+            "2024-11-03T04:00:00",
+            25 * 3600,
+        ),
+        (
+            "Europe/Berlin",
+            CalendarUnit::Day,
+            "2024-03-30T23:00:00",
+            23 * 3600,
+        ),
+        (
+            "Australia/Sydney",
+            CalendarUnit::Day,
+            "2024-04-06T13:00:00",
+            25 * 3600,
+        ),
+        (
+            "Asia/Kolkata",
+            CalendarUnit::Day,
+            "2024-02-29T18:30:00",
+            24 * 3600,
+        ),
+        (
+            "UTC",
+            CalendarUnit::Year,
+            "2024-01-01T00:00:00",
+            366 * 86_400,
+        ),
+        (
+            "Europe/Berlin",
+            CalendarUnit::Week,
+            "2024-10-20T22:00:00",
+            7 * 86_400 + 3600,
+        ),
     ];
     for mut store in both_stores("calendar_lengths").await {
         for (i, (zone, unit, start, secs)) in cases.into_iter().enumerate() {
             let cal = calendar(zone, unit, 1);
             for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
-                let one = op(algorithm, &format!("len{i}_{}", algorithm.name()), 5, cal, 1);
+                let one = op(
+                    algorithm,
+                    &format!("len{i}_{}", algorithm.name()),
+                    5,
+                    cal,
+                    1,
+                );
                 let d = store.decide(&one, utc(start)).await;
                 assert!(d.allowed);
                 assert_eq!(
@@ -382,7 +418,11 @@ descriptors:
     let _ = limiter.should_rate_limit(&ask()).await.expect("answer");
     clock.set_millis(utc("2024-03-01T04:59:59"));
     let response = limiter.should_rate_limit(&ask()).await.expect("answer");
-    assert_eq!(response.overall_code, Code::OverLimit as i32, "still February");
+    assert_eq!(
+        response.overall_code,
+        Code::OverLimit as i32,
+        "still February"
+    );
     clock.set_millis(utc("2024-03-01T05:00:00"));
     let response = limiter.should_rate_limit(&ask()).await.expect("answer");
     assert_eq!(response.overall_code, Code::Ok as i32, "March in New York");
@@ -394,8 +434,14 @@ descriptors:
 #[test]
 fn time_zone_is_refused_where_it_means_nothing() {
     let cases = [
-        ("unit: month, requests_per_unit: 1, time_zone: Europe/Berln", "unknown time zone 'Europe/Berln'"),
-        ("unit: hour, requests_per_unit: 1, time_zone: Asia/Kolkata", "only day, week, month and year are calendar periods, not hour"),
+        (
+            "unit: month, requests_per_unit: 1, time_zone: Europe/Berln",
+            "unknown time zone 'Europe/Berln'",
+        ),
+        (
+            "unit: hour, requests_per_unit: 1, time_zone: Asia/Kolkata",
+            "only day, week, month and year are calendar periods, not hour",
+        ),
         (
             "unit: day, requests_per_unit: 1, time_zone: UTC, algorithm: token_bucket",
             "only fixed_window and sliding_window count in calendar periods, not token_bucket",
@@ -407,17 +453,29 @@ fn time_zone_is_refused_where_it_means_nothing() {
     ];
     for (limit, needle) in cases {
         let yaml = format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{{limit}}}\n");
-        let errors = match tollgate::config::load_sources(&[(std::path::Path::new("t.yaml"), &yaml)]) {
-            Ok(_) => panic!("{limit} loaded"),
-            Err(errors) => errors.0.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        };
+        let errors =
+            match tollgate::config::load_sources(&[(std::path::Path::new("t.yaml"), &yaml)]) {
+                Ok(_) => panic!("{limit} loaded"),
+                Err(errors) => errors.0.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            };
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(errors[0].starts_with("t.yaml:4: "), "{}", errors[0]);
-        assert!(errors[0].contains("rate_limit.time_zone: "), "{}", errors[0]);
-        assert!(errors[0].contains(needle), "'{}' lacks '{needle}'", errors[0]);
+        assert!(
+            errors[0].contains("rate_limit.time_zone: "),
+            "{}",
+            errors[0]
+        );
+        assert!(
+            errors[0].contains(needle),
+            "'{}' lacks '{needle}'",
+            errors[0]
+        );
     }
     // Any IANA zone, or UTC, on the units that are periods.
-    for zone in ZONES.into_iter().chain(["America/Santiago", "Pacific/Chatham"]) {
+    for zone in ZONES
+        .into_iter()
+        .chain(["America/Santiago", "Pacific/Chatham"])
+    {
         let yaml = format!(
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: week, requests_per_unit: 1, time_zone: {zone}, algorithm: sliding_window}}\n"
         );

@@ -6,9 +6,11 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::oneshot;
-use tonic::{Request, Response, Status};
 use tollgate::proto::rate_limit_response::Code;
-use tollgate::proto::{RateLimitRequest, RateLimitResponse, RateLimitService, RateLimitServiceServer};
+use tollgate::proto::{
+    RateLimitRequest, RateLimitResponse, RateLimitService, RateLimitServiceServer,
+};
+use tonic::{Request, Response, Status};
 
 /// One descriptor as Envoy sent it: its entries, its own hits_addend (`None`: not
 /// set), and whether its hits are given back.

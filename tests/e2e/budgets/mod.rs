@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::envoy::render::load_yaml;
 use crate::common::envoy::REDIS_TIMEOUT_MS;
+use crate::common::envoy::render::load_yaml;
 use crate::common::process::{Server, root, tollgate};
 use crate::stack::guard::{Guarded, PidRecord};
 use crate::stack::http;
@@ -109,7 +109,12 @@ pub struct EnvoyPorts {
 /// `deploy/budgets/envoy.yaml` on loopback: the `tollgate` cluster at `rls`, the
 /// `upstream` cluster at `upstream`; `edit` may change the rest (a test's extra
 /// route).
-pub fn render(ports: &EnvoyPorts, rls: u16, upstream: u16, edit: impl FnOnce(&mut Value)) -> String {
+pub fn render(
+    ports: &EnvoyPorts,
+    rls: u16,
+    upstream: u16,
+    edit: impl FnOnce(&mut Value),
+) -> String {
     let mut config = load_yaml(&root().join("deploy/budgets/envoy.yaml"));
     let address = |port: u16| json!({ "address": "127.0.0.1", "port_value": port });
     config["admin"]["address"]["socket_address"] = address(ports.admin);

@@ -8,9 +8,9 @@ use redis::{Cmd, Script};
 
 use super::runs;
 use super::{BATCH, BATCH_ANY_SLOT, REFUND};
+use crate::algorithm::Mode;
 use crate::algorithm::calendar::Calendar;
 use crate::clock::{Clock, SystemClock};
-use crate::algorithm::Mode;
 use crate::store::CounterOp;
 
 /// One operation as both scripts read it, owned and `Copy` so a request can wait in
