@@ -85,12 +85,17 @@ impl Calendar {
         let mut index = self.ordinal(local).div_euclid(every);
         // Where the local date runs backwards for an hour (a zone that falls back
         // across midnight), the date alone can name the wrong period: settle it
-        // against the very boundaries the periods are made of.
-        while self.start_of(index + 1) <= now {
-            index += 1;
-        }
-        while index > i64::MIN / 2 && self.start_of(index) > now {
-            index -= 1;
+        // against the very boundaries the periods are made of. It is off by one
+        // period at most; the bound keeps the ends of chrono's range (where every
+        // start reads as the last instant) from stepping on forever.
+        for _ in 0..3 {
+            if self.start_of(index + 1) <= now {
+                index += 1;
+            } else if self.start_of(index) > now {
+                index -= 1;
+            } else {
+                break;
+            }
         }
         index
     }
@@ -157,6 +162,7 @@ impl Calendar {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::{Algorithm, Params};
     use chrono::NaiveDateTime;
 
     fn cal(zone: &str, unit: CalendarUnit, every: u32) -> Calendar {
@@ -257,6 +263,20 @@ mod tests {
         for now in [0, 1, u64::MAX, LAST_MS, LAST_MS - 1] {
             let p = c.period_at(now);
             assert!(p.prev_start <= p.start && p.start <= p.end && p.end <= p.next_end);
+            // The models that use it decide at such clocks without a panic.
+            for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+                let params = Params {
+                    algorithm,
+                    limit: 3,
+                    window_ms: 365 * 86_400_000,
+                    burst: 3,
+                    max_delay_ms: None,
+                    calendar: Some(c),
+                };
+                let (state, _) = crate::algorithm::decide(None, &params, now, 1);
+                let _ = crate::algorithm::decide(Some(&state), &params, now, 1);
+                let _ = crate::algorithm::expires_at_ms(&state, &params, now);
+            }
         }
     }
 

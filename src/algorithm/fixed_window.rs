@@ -23,7 +23,8 @@ fn window(params: &Params, now_ms: u64) -> (u64, u64) {
     let now = now_ms / 1000;
     if let Some(calendar) = params.calendar {
         let period = calendar.period_at(now_ms);
-        return (period.start / 1000, (period.end / 1000 - now) * 1000);
+        // Past year 9999 the clock reads as the period's last instant (`calendar.rs`).
+        return (period.start / 1000, (period.end / 1000).saturating_sub(now) * 1000);
     }
     let window = window_secs(params);
     // envoyproxy/ratelimit's `window - now % window`: a full window on a boundary.

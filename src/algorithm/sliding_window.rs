@@ -71,6 +71,8 @@ fn roll(state: Option<State>, f: &Frame) -> State {
 pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
     let f = frame(params, now_ms);
     let (window, next_window) = (f.window, f.next_window);
+    // Always inside the frame, but for a calendar's clock past year 9999.
+    let now_ms = now_ms.min(f.start + window.saturating_sub(1));
     let s = roll(state, &f);
     let elapsed = now_ms - s.start;
     let weight = (window - elapsed) as f64 / window as f64;
