@@ -5,6 +5,7 @@
 //! - The token budget: at request time the tenant's descriptor with hits_addend 0 (a
 //!   check); when the response is done a second call, hits_addend the response's
 //!   `x-tokens` (`%RESP(x-tokens)%`).
+//! - A response whose `x-tokens` is no number: no charge is sent at all.
 //! - The concurrency limit: the acquisition (hits_addend unset, and the request's
 //!   unset too: 0, which counts as 1), and
 //!   at stream done the release, hits_addend 1 with is_negative_hits; also after a
@@ -88,6 +89,20 @@ fn envoy_sends_the_check_the_charge_and_the_release_as_the_guide_says() {
         "the charge at stream done: {sent:?}"
     );
     assert!(!sent[0].is_negative_hits && !sent[1].is_negative_hits);
+
+    // A response whose x-tokens is no number: Envoy sends no charge at all (the
+    // stream-done descriptor is dropped). Read once a later request's charge came.
+    let odd = crate::stack::http::Request::get("/v1/chat")
+        .header("x-tenant", "odd")
+        .header("x-cost", "many");
+    let response = crate::stack::http::send(listener, odd);
+    assert_eq!(response.status, 200, "{response:?}");
+    let later = crate::stack::http::send(listener, call("/v1/chat", "later", 5, 0));
+    assert_eq!(later.status, 200);
+    let charged = || capture.with_entry("tenant", "later").len() >= 2;
+    assert!(eventually(WAIT, charged), "{:?}", capture.calls());
+    let sent = capture.with_entry("tenant", "odd");
+    assert_eq!(sent.len(), 1, "only the check, no charge: {sent:?}");
 
     // The concurrency limit: acquire, then release at stream done.
     let response = crate::stack::http::send(listener, call("/v1/jobs", "jobs", 0, 0));
