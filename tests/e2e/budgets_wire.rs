@@ -38,7 +38,7 @@ fn add_route_level(config: &mut Value) {
             "route": {
                 "cluster": "upstream",
                 "rate_limits": [
-                    { "actions": [tenant.clone()], "hits_addend": { "number": 7 } },
+                    { "actions": [tenant], "hits_addend": { "number": 7 } },
                     {
                         "apply_on_stream_done": true,
                         "hits_addend": { "number": 5, "is_negative_hits": true },
