@@ -11,6 +11,8 @@
 //! one holding Redis's clock (`calendar` in `lua/common.lua`): the clocks may differ
 //! by up to a whole period (at least 23 hours) and the period is still Redis's.
 
+use std::cell::Cell;
+
 use chrono::{DateTime, Datelike, Days, LocalResult, NaiveDate, Offset, TimeZone};
 use chrono_tz::Tz;
 
@@ -54,15 +56,25 @@ const LAST_MS: u64 = 253_402_300_799_999;
 /// 1970-01-01 as days from the common era's first day (chrono's day numbering).
 const EPOCH_DAYS_CE: i64 = 719_163;
 
+/// The bounds last computed on this thread, a few calendars' worth: they hold for a
+/// whole period, so a hot rule computes its periods once a day or a month rather than
+/// on every decision (each is a handful of time-zone conversions).
+const CACHED: usize = 4;
+
+thread_local! {
+    static RECENT: Cell<([Option<(Calendar, [u64; 6])>; CACHED], usize)> =
+        const { Cell::new(([None; CACHED], 0)) };
+}
+
 impl Calendar {
     /// The period that holds `now_ms`.
     pub fn period_at(&self, now_ms: u64) -> Period {
-        let index = self.index_at(now_ms);
+        let b = self.bounds_around(now_ms);
         Period {
-            prev_start: self.start_of(index - 1),
-            start: self.start_of(index),
-            end: self.start_of(index + 1),
-            next_end: self.start_of(index + 2),
+            prev_start: b[1],
+            start: b[2],
+            end: b[3],
+            next_end: b[4],
         }
     }
 
@@ -70,8 +82,19 @@ impl Calendar {
     /// that one, and three after. A clock anywhere in the middle three periods finds
     /// its own period, its predecessor's start and its successor's end among them.
     pub fn bounds_around(&self, now_ms: u64) -> [u64; 6] {
+        let now = now_ms.min(LAST_MS);
+        let (mut recent, next) = RECENT.get();
+        let hit = recent.iter().flatten().find(|(calendar, b)| {
+            calendar == self && b[2] <= now && (now < b[3] || b[3] == LAST_MS)
+        });
+        if let Some((_, bounds)) = hit {
+            return *bounds;
+        }
         let index = self.index_at(now_ms);
-        [-2, -1, 0, 1, 2, 3].map(|d| self.start_of(index + d))
+        let bounds = [-2, -1, 0, 1, 2, 3].map(|d| self.start_of(index + d));
+        recent[next] = Some((*self, bounds));
+        RECENT.set((recent, (next + 1) % CACHED));
+        bounds
     }
 
     /// The number of the period holding `now_ms` (periods counted from 1970's first).
