@@ -76,9 +76,12 @@ end
 -- 43 bytes (struct format OP, see WireOp in store/redis/scripts/): one C call reads every
 -- number, where matching a text pattern made a string per field and converted each.
 local OP, OP_LEN, PLUS, MINUS, DOT = '<BBddddBd', 43, 43, 45, 46
--- An operation of a time_zone rule has its periods' 48 bytes after its own.
-local CAL_LEN = 48
+-- An operation of a time_zone rule has its periods' 48 bytes after its own. When
+-- Redis's clock is in none of them, the call fails with CLOCK and that clock (ms).
+local CAL_LEN, CLOCK = 48, 'tollgate: calendar clock '
 local specs = {}
+-- Set when an operation's calendar periods do not hold Redis's clock.
+local skewed = false
 local function parse(text)
   if text == nil or (#text ~= OP_LEN and #text ~= OP_LEN + CAL_LEN) then return nil end
   local flag, id, limit, window, burst, max_delay, flags, cost = struct.unpack(OP, text)
@@ -106,7 +109,11 @@ local function parse(text)
     max_delay = max_delay, vetoes = flags % 2 == 1, cost = cost, starts = flag ~= DOT,
     dry = flag == MINUS, commits = commits, need = need, check = algo.decide,
   }
-  if #text > OP_LEN and not calendar(p, text, OP_LEN + 1, now_ms) then return nil end
+  if #text > OP_LEN then
+    local ok, why = calendar(p, text, OP_LEN + 1, now_ms)
+    if why then skewed = true end
+    if not ok then return nil end
+  end
   specs[text] = p
   return p
 end
@@ -145,6 +152,7 @@ local first = 1
 local p = specs[ARGV[2]] or parse(ARGV[2])
 while first <= count do
   if p == nil then
+    if skewed then return redis.error_reply(CLOCK .. int(now_ms)) end
     return redis.error_reply('tollgate: malformed operation ' .. first)
   end
   -- This request's operations run to the next one that starts a request.
@@ -153,6 +161,7 @@ while first <= count do
     local text = ARGV[2 + last]
     next_p = specs[text] or parse(text)
     if next_p == nil then
+      if skewed then return redis.error_reply(CLOCK .. int(now_ms)) end
       return redis.error_reply('tollgate: malformed operation ' .. (last + 1))
     end
     if next_p.starts then break end

@@ -69,10 +69,10 @@ end
 -- the starts of six consecutive periods around tollgate's clock, 48 bytes after its
 -- own (struct '<dddddd'). Reads them from `text` into p.cal_bounds and takes the
 -- period holding Redis's clock among the middle three, so the clocks may differ by up
--- to a period: its start, end, the start before it and the end after it. A clock
--- outside all three (the clocks more than a period apart) is read as the nearest
--- instant inside them, so the counts stay per period and never over-admit. False
--- for malformed bounds (not whole, or not in order).
+-- to a period: its start, end, the start before it and the end after it. False for
+-- malformed bounds (not whole, or not in order); false and 'skew' for a clock
+-- outside all three (the clocks more than a period apart): the call then fails
+-- naming Redis's clock, from which tollgate learns the difference (scripts/mod.rs).
 local CALENDAR = '<dddddd'
 local function calendar(p, text, at, now_ms)
   local b = { struct.unpack(CALENDAR, text, at) }
@@ -82,7 +82,7 @@ local function calendar(p, text, at, now_ms)
   p.cal_bounds = b
   if now_ms == nil then return true end
   local now = now_ms
-  if now < b[2] then now = b[2] elseif now >= b[5] then now = b[5] - 1 end
+  if now < b[2] or now >= b[5] then return false, 'skew' end
   local i = 2
   if now >= b[4] then i = 4 elseif now >= b[3] then i = 3 end
   p.cal_now, p.cal_prev, p.cal_start, p.cal_end, p.cal_next_end = now, b[i - 1], b[i], b[i + 1], b[i + 2]

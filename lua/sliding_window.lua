@@ -36,7 +36,6 @@ end
 function sliding_window.decide(s, p, now_ms, cost, _, reuse)
   local start = p.sw_start or current(p, now_ms)
   local window, next_window, prev_start = p.sw_window, p.sw_next, p.sw_prev
-  if p.cal_now then now_ms = p.cal_now end
   local prev, curr = 0, 0
   if s.start == start then
     prev, curr = s.prev, s.curr

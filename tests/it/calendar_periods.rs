@@ -18,7 +18,7 @@ use chrono::NaiveDateTime;
 use common::server::{config, descriptor, request};
 use tollgate::algorithm::calendar::{Calendar, CalendarUnit};
 use tollgate::algorithm::{Algorithm, Decision, Mode, Params};
-use tollgate::clock::ManualClock;
+use tollgate::clock::{Clock, ManualClock};
 use tollgate::limiter::{Limiter, LimiterOptions};
 use tollgate::proto::rate_limit_response::Code;
 use tollgate::store::memory::MemoryStore;
@@ -391,6 +391,55 @@ async fn redis_picks_its_own_period_among_those_sent() {
             "tollgate at {tollgate_now}, Redis at {redis_now}"
         );
     }
+}
+
+/// Clocks more than a period apart: the call fails, naming Redis's clock, having
+/// written nothing; tollgate learns the difference (`scripts::evalsha`) and the next
+/// call's periods are Redis's.
+#[tokio::test]
+async fn a_clock_beyond_the_periods_sent_fails_once_and_is_learned() {
+    let mut conn = loaded_connection(common::redis::standalone()).await;
+    let prefix = common::redis::unique_prefix("calendar_far");
+    let cal = calendar("America/New_York", CalendarUnit::Day, 1);
+    let one = op(Algorithm::SlidingWindow, "far", 5, cal, 1);
+    let wire = [WireOp::new(&one)];
+    let keys = [format!("{prefix}far")];
+    let segments = [Segment {
+        keys: &keys,
+        ops: &wire,
+        dry_run: false,
+    }];
+    // 23:59:00 in New York on 3 November 2024 (the 25-hour day), tollgate 5 days behind.
+    let redis_now = utc("2024-11-04T04:59:00");
+    let cmd = scripts::batch_cmd_around(&segments, redis_now, redis_now - 5 * 86_400_000);
+    let failed: Result<Vec<u8>, _> = scripts::evalsha(&mut conn, &cmd, &scripts::BATCH).await;
+    let error = failed
+        .expect_err("periods that miss Redis's clock")
+        .to_string();
+    assert!(
+        error.contains(&format!("calendar clock {redis_now}")),
+        "{error}"
+    );
+    let written: bool = redis::cmd("EXISTS")
+        .arg(&keys[0])
+        .query_async(&mut conn)
+        .await
+        .expect("EXISTS");
+    assert!(!written, "a failed call writes nothing");
+    let learned = scripts::redis_clock_estimate();
+    assert!(
+        learned.abs_diff(redis_now) < 60_000,
+        "learned {learned}, Redis {redis_now}"
+    );
+    let cmd = scripts::batch_cmd_around(&segments, redis_now, learned);
+    let reply: Vec<u8> = scripts::evalsha(&mut conn, &cmd, &scripts::BATCH)
+        .await
+        .expect("the periods around Redis's clock");
+    let d = scripts::parse_batch_reply(&reply, 1).expect("reply")[0].decision;
+    assert!(d.allowed);
+    assert_eq!(d.reset_after, Duration::from_secs(60));
+    // Back to this host's clock for whatever runs next in this process.
+    scripts::learn_redis_clock(tollgate::clock::SystemClock.now_millis());
 }
 
 /// The config key end to end: `time_zone` on a rate_limit makes the limiter report

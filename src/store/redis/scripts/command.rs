@@ -10,6 +10,8 @@ use super::runs;
 use super::{BATCH, BATCH_ANY_SLOT, REFUND};
 use crate::algorithm::Mode;
 use crate::algorithm::calendar::Calendar;
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use crate::clock::{Clock, SystemClock};
 use crate::store::CounterOp;
 
@@ -34,6 +36,27 @@ pub struct WireOp {
 /// flag, the algorithm id, limit, window, burst, max delay as little-endian doubles,
 /// the flags byte (vetoes, mode), the cost as a double).
 const OP_LEN: usize = 1 + 1 + 4 * 8 + 1 + 8;
+
+/// Redis's clock minus tollgate's (ms), as the batch script last reported it when a
+/// calendar's periods missed Redis's clock ([`learn_redis_clock`]); 0 until then.
+/// The periods are chosen around tollgate's clock plus this, so clocks that differ
+/// by more than a period (a host whose clock is off, a test that sets Redis's) cost
+/// one failed call, not wrong periods.
+static REDIS_AHEAD_MS: AtomicI64 = AtomicI64::new(0);
+
+/// Notes that Redis's clock read `redis_ms` just now.
+pub fn learn_redis_clock(redis_ms: u64) {
+    let ours = i128::from(SystemClock.now_millis());
+    let ahead = (i128::from(redis_ms) - ours).clamp(i128::from(i64::MIN), i128::from(i64::MAX));
+    REDIS_AHEAD_MS.store(ahead as i64, Ordering::Relaxed);
+}
+
+/// Tollgate's best idea of Redis's clock: its own, moved by what it learned.
+pub fn redis_clock_estimate() -> u64 {
+    SystemClock
+        .now_millis()
+        .saturating_add_signed(REDIS_AHEAD_MS.load(Ordering::Relaxed))
+}
 
 /// The bytes an operation with a calendar adds after [`OP_LEN`]: the starts of six
 /// consecutive periods around tollgate's clock (`Calendar::bounds_around`), as
@@ -167,7 +190,7 @@ pub fn batch_cmd_in<K: AsRef<str>>(
     segments: &[Segment<'_, K>],
     now_ms: Option<u64>,
 ) -> Cmd {
-    let around = now_ms.unwrap_or_else(|| SystemClock.now_millis());
+    let around = now_ms.unwrap_or_else(redis_clock_estimate);
     batch_cmd_with(layout, segments, now_ms, around)
 }
 
@@ -232,7 +255,7 @@ pub fn refund_cmd(refunds: &[&Refund]) -> Cmd {
     }
     // A refund follows its batch call at once: the periods around now hold the one
     // its token names.
-    let around = SystemClock.now_millis();
+    let around = redis_clock_estimate();
     for refund in refunds {
         refund.op.write(&mut cmd, Flag::Continues, around);
         cmd.arg(refund.token);
