@@ -61,9 +61,12 @@ const EPOCH_DAYS_CE: i64 = 719_163;
 /// on every decision (each is a handful of time-zone conversions).
 const CACHED: usize = 4;
 
+/// A calendar and the six period starts last computed for it.
+type Known = Option<(Calendar, [u64; 6])>;
+
 thread_local! {
-    static RECENT: Cell<([Option<(Calendar, [u64; 6])>; CACHED], usize)> =
-        const { Cell::new(([None; CACHED], 0)) };
+    /// The entries, and which one the next miss replaces.
+    static RECENT: Cell<([Known; CACHED], usize)> = const { Cell::new(([None; CACHED], 0)) };
 }
 
 impl Calendar {
