@@ -532,3 +532,37 @@ fn time_zone_is_refused_where_it_means_nothing() {
             .unwrap_or_else(|e| panic!("{zone}: {e:?}"));
     }
 }
+
+/// Over xDS the key is `tollgate.time_zone` in the descriptor's metadata, moved into
+/// its `rate_limit` as the YAML has it.
+#[test]
+fn time_zone_arrives_over_xds_as_tollgate_metadata() {
+    use prost_types::{Struct, Value, value::Kind};
+    use tollgate::proto::ratelimit::config::ratelimit::v3::{
+        RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
+    };
+    let zone = Value {
+        kind: Some(Kind::StringValue("Asia/Kolkata".into())),
+    };
+    let resource = RateLimitConfig {
+        name: "billing".into(),
+        domain: "billing".into(),
+        descriptors: vec![RateLimitDescriptor {
+            key: "tenant".into(),
+            rate_limit: Some(RateLimitPolicy {
+                unit: RateLimitUnit::Day as i32,
+                requests_per_unit: 100,
+                ..Default::default()
+            }),
+            metadata: Some(Struct {
+                fields: [("tollgate.time_zone".to_owned(), zone)].into(),
+            }),
+            ..Default::default()
+        }],
+    };
+    let yaml = tollgate::xds::translate::to_yaml(&resource).expect("translates");
+    assert_eq!(
+        yaml["descriptors"][0]["rate_limit"]["time_zone"], "Asia/Kolkata",
+        "{yaml}"
+    );
+}
