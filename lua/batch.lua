@@ -97,7 +97,7 @@ local function parse(text)
   -- 1 overdraft, 2 quota (charges: always consumed), 3 release. An operation that
   -- commits is written whatever its answer and whatever its request's.
   local mode = floor(flags / 2)
-  local decide, commits, need = algo.decide, false, cost
+  local decide, commits, need = algo.decide, algo.counts_denials or false, cost
   if mode == 3 then
     decide, commits = algo.release, algo.releases
   elseif mode ~= 0 and algo.charges then

@@ -48,6 +48,7 @@ impl Model for Gcra {
     const LAYOUT: Layout = Layout::Value;
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
+    const COUNTS_DENIALS: bool = false;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {

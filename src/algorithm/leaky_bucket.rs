@@ -66,6 +66,7 @@ impl Model for LeakyBucket {
     /// moving the queue forward under them would release two closer than W / L:
     /// releases are ignored (answered, counted).
     const RELEASES: bool = false;
+    const COUNTS_DENIALS: bool = false;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {

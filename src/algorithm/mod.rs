@@ -23,7 +23,8 @@
 //!    words for `tollgate inspect`; `heap_bytes`, what its state owns on the heap, so
 //!    the memory store weighs it right; `CHARGE_REFUSAL`, why `overdraft` and
 //!    `quota_mode` are refused for it at load, or `None`; `RELEASES`, whether a
-//!    release gives hits back; `charge` and `release`, see `mode.rs`).
+//!    release gives hits back; `COUNTS_DENIALS`, whether a denial is counted all
+//!    the same; `charge` and `release`, see `mode.rs`).
 //! 2. `lua/<name>.lua`: its twin, a table `local <name> = {}` with `load(key, p,
 //!    now_ms)` (the stored state, `false` for none), `decide(state, p, now_ms, cost,
 //!    i)` (returning the new state, allowed, remaining, reset ms, retry ms or -1, delay
@@ -89,6 +90,9 @@ pub trait Model {
     /// Whether [`Model::release`] gives hits back; false: a release is answered as a
     /// check, changes nothing and is counted as ignored.
     const RELEASES: bool;
+    /// Whether a denied operation is counted all the same (its state written): a
+    /// concurrency lease is taken admitted or not, because its release comes anyway.
+    const COUNTS_DENIALS: bool;
     type State: Clone + std::fmt::Debug + PartialEq;
 
     /// Decides `cost` hits at `now_ms` against `state` (`None`: never seen). A denied
@@ -211,6 +215,13 @@ macro_rules! algorithms {
                 }
             }
 
+            /// Whether a denial is counted too ([`Model::COUNTS_DENIALS`]).
+            pub fn counts_denials(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::COUNTS_DENIALS,)+
+                }
+            }
+
             /// Whether a release gives hits back ([`Model::RELEASES`]).
             pub fn releases(self) -> bool {
                 match self {
@@ -320,6 +331,7 @@ algorithms! {
     TokenBucket(token_bucket),
     Gcra(gcra),
     LeakyBucket(leaky_bucket),
+    Concurrency(concurrency),
 }
 
 impl Algorithm {

@@ -68,8 +68,10 @@ impl Mode {
     /// charge where the algorithm defines charges, a release where it gives back.
     pub fn commits_on(self, algorithm: Algorithm) -> bool {
         match self {
-            Mode::Limit => false,
-            Mode::Overdraft | Mode::Quota => algorithm.charge_refusal().is_none(),
+            Mode::Limit => algorithm.counts_denials(),
+            Mode::Overdraft | Mode::Quota => {
+                algorithm.charge_refusal().is_none() || algorithm.counts_denials()
+            }
             Mode::Release => algorithm.releases(),
         }
     }

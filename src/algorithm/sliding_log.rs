@@ -73,6 +73,7 @@ impl Model for SlidingLog {
     /// A release cannot say which hit it gives back, and a hit's place in the log is
     /// when it leaves the window: releases are ignored (answered, counted).
     const RELEASES: bool = false;
+    const COUNTS_DENIALS: bool = false;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {

@@ -129,6 +129,7 @@ impl Model for SlidingWindow {
     const TAKES_TIME_ZONE: bool = true;
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
+    const COUNTS_DENIALS: bool = false;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {

@@ -34,6 +34,18 @@ impl Stored {
         }
     }
 
+    /// Every field of a hash as `k=v, ...` (a field per entry, as a map stores it).
+    pub fn fields_text(&self) -> String {
+        match self {
+            Stored::Hash(fields) => fields
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            _ => "?".to_owned(),
+        }
+    }
+
     /// A sorted set's size; 0 for other layouts.
     pub fn members(&self) -> u64 {
         match self {

@@ -64,6 +64,7 @@ impl Model for TokenBucket {
     const LAYOUT: Layout = Layout::Hash;
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
+    const COUNTS_DENIALS: bool = false;
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {

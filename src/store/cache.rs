@@ -97,7 +97,7 @@ impl<S: Store> OverLimitCache<S> {
     }
 
     fn cached(&self, op: &CounterOp, now: Instant) -> Option<Duration> {
-        if op.cost == 0 || op.mode != Mode::Limit {
+        if op.cost == 0 || op.mode != Mode::Limit || op.commits() {
             return None;
         }
         self.denied
@@ -111,6 +111,7 @@ impl<S: Store> OverLimitCache<S> {
             // Only a denial of the smallest cost says what every costed call will get.
             if op.cost == 1
                 && op.mode == Mode::Limit
+                && !op.commits()
                 && !d.allowed
                 && let Some(retry) = d.retry_after.filter(|r| !r.is_zero())
             {
@@ -141,7 +142,9 @@ impl<S: Store> OverLimitCache<S> {
         for op in ops.iter().filter(|op| op.mode == Mode::Release) {
             self.denied.invalidate(&key(op));
         }
-        if cached.iter().all(Option::is_none) || ops.iter().any(|op| op.mode != Mode::Limit) {
+        if cached.iter().all(Option::is_none)
+            || ops.iter().any(|op| op.mode != Mode::Limit || op.commits())
+        {
             let decisions = self.inner.decide(ops).await?;
             self.remember(ops, &decisions, now);
             return Ok(decisions);

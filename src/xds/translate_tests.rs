@@ -258,3 +258,27 @@ fn descriptors_nested_past_the_parsers_limit_are_refused_in_words() {
     );
     assert!(!text.contains("Depth {"), "{text}");
 }
+
+/// `tollgate.overdraft` (issue 25) is the descriptor's `overdraft` key.
+#[test]
+fn tollgate_overdraft_reaches_the_descriptor() {
+    let resource = RateLimitConfig {
+        name: "r".into(),
+        domain: "d".into(),
+        descriptors: vec![RateLimitDescriptor {
+            metadata: Some(strings(&[("tollgate.overdraft", Kind::BoolValue(true))])),
+            ..leaf("tenant", "", policy(RateLimitUnit::Hour, 1000))
+        }],
+    };
+    let served = compile(&[any(&resource)]).unwrap();
+    let expected = yaml(
+        "domain: d
+descriptors:
+  - key: tenant
+    overdraft: true
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+",
+    );
+    // Rules compare every field, `overdraft` among them.
+    assert_eq!(served, expected);
+}

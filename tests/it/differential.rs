@@ -91,7 +91,7 @@ fn op(rng: &mut Rng, key: &CounterKey, p: &Params) -> CounterOp {
         _ => Mode::Limit,
     };
     let mut cost = cost(rng, p);
-    if mode != Mode::Limit && cost == u64::MAX {
+    if (mode != Mode::Limit || p.algorithm.counts_denials()) && cost == u64::MAX {
         // Charges count in full up to 2^53 on the wire; a charge of 2^64 is no test.
         cost = p.limit * 3 + rng.below(100);
     }

@@ -2,7 +2,7 @@
 //! (rewritten for loopback: addresses only), the upstream whose cost is known only
 //! when it answers (`tests/python/budget_upstream.py`: `x-tokens` from the request's
 //! `x-cost`, slow by `x-sleep-ms`), and behind Envoy either one `tollgate serve` on
-//! `deploy/budgets/limits.yaml` (the harness's Redis Cluster, a key prefix of the
+//! `deploy/budgets/limits/` (the harness's Redis Cluster, a key prefix of the
 //! test's own) or a [`Capture`]: an in-process rate-limit service that answers OK (or
 //! OVER_LIMIT for tenant `denied`) and keeps every `ShouldRateLimit` request Envoy
 //! sent, so a test reads what Envoy puts on the wire.
@@ -62,22 +62,16 @@ pub fn upstream(dir: &Path) -> (Guarded, u16) {
     (process, port)
 }
 
-/// One `tollgate serve` on `deploy/budgets/limits.yaml` (copied into `dir`), the
-/// harness's cluster under `prefix`; answering gRPC.
+/// One `tollgate serve` on `deploy/budgets/limits/`, the harness's cluster under
+/// `prefix`; answering gRPC.
 pub struct Tollgate {
     pub server: Server,
     pub grpc: u16,
     _record: PidRecord,
 }
 
-pub fn tollgate_on_limits(dir: &Path, prefix: &str) -> Tollgate {
-    let config = dir.join("limits");
-    std::fs::create_dir_all(&config).expect("config dir");
-    std::fs::copy(
-        root().join("deploy/budgets/limits.yaml"),
-        config.join("limits.yaml"),
-    )
-    .expect("copy limits.yaml");
+pub fn tollgate_on_limits(prefix: &str) -> Tollgate {
+    let config = root().join("deploy/budgets/limits");
     let ports = free_ports(2);
     let nodes = crate::common::redis::cluster().nodes().join(",");
     let mut command = tollgate();
@@ -97,6 +91,48 @@ pub fn tollgate_on_limits(dir: &Path, prefix: &str) -> Tollgate {
         server,
         grpc: ports[0],
         _record: record,
+    }
+}
+
+impl Tollgate {
+    /// Whether `tenant` holds every slot of the concurrency limit, asked of tollgate
+    /// directly as a check (descriptor hits_addend 0: takes no slot), so waiting for
+    /// requests to be in flight does not itself race them for a slot.
+    pub fn slots_full(&self, tenant: &str) -> bool {
+        self.check_slots(tenant).0
+    }
+
+    /// How many of the tenant's slots are free, asked as a check as above.
+    pub fn free_slots(&self, tenant: &str) -> u32 {
+        self.check_slots(tenant).1
+    }
+
+    /// (over the limit, slots free) for `tenant`, as a check takes no slot.
+    fn check_slots(&self, tenant: &str) -> (bool, u32) {
+        let mut check = crate::common::server::descriptor(&[("tenant", tenant)]);
+        check.hits_addend = Some(0);
+        let request = crate::common::server::request("concurrency", vec![check]);
+        let url = format!("http://127.0.0.1:{}", self.grpc);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let mut client = tollgate::proto::RateLimitServiceClient::connect(url)
+                .await
+                .expect("connect to tollgate");
+            let answer = client
+                .should_rate_limit(request)
+                .await
+                .expect("an answer")
+                .into_inner();
+            let over =
+                answer.overall_code == tollgate::proto::rate_limit_response::Code::OverLimit as i32;
+            (
+                over,
+                answer.statuses.first().map_or(0, |s| s.limit_remaining),
+            )
+        })
     }
 }
 

@@ -8,7 +8,6 @@ use redis::{Cmd, Script};
 
 use super::runs;
 use super::{BATCH, BATCH_ANY_SLOT, REFUND};
-use crate::algorithm::Mode;
 use crate::algorithm::calendar::Calendar;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -88,9 +87,9 @@ impl WireOp {
                 .max_delay_ms
                 .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
             // Lua numbers are doubles: costs above the burst or limit are all equally
-            // impossible, so they are clamped to stay exact. A charge or a release
-            // counts in full (up to 2^53, where doubles stop being exact).
-            cost: if op.mode == Mode::Limit {
+            // impossible, so they are clamped to stay exact. A charge, a release or a
+            // lease counts in full (up to 2^53, where doubles stop being exact).
+            cost: if !op.commits() {
                 op.cost.min(p.limit.max(p.burst).saturating_add(1))
             } else {
                 op.cost.min(1 << 53)
