@@ -1,7 +1,8 @@
 -- concurrency.lua: mirrors src/algorithm/concurrency.rs.
 -- State: hash {expiry second (s since the epoch) = leases expiring then}. Every
 -- acquisition, admitted or not, takes a lease of one window (the lease time); a
--- release gives back the earliest-expiring ones; expired ones are dropped on load.
+-- release gives back the latest-expiring ones (src/algorithm/concurrency.rs says why);
+-- expired ones are dropped.
 -- In this file a state is { l = array of {second, count}, oldest first }.
 
 local concurrency = {}
@@ -63,15 +64,16 @@ function concurrency.decide(s, p, now_ms, cost)
   return { l = l }, -1, reset, retry, 0
 end
 
--- Gives back the earliest-expiring leases, never below none.
+-- Gives back the latest-expiring leases, never below none.
 function concurrency.release(s, p, now_ms, cost)
   local l, n = held(s, now_ms)
   local left = cost
   while left > 0 and #l > 0 do
-    local take = min(left, l[1][2])
-    l[1][2] = l[1][2] - take
+    local last = l[#l]
+    local take = min(left, last[2])
+    last[2] = last[2] - take
     left = left - take
-    if l[1][2] == 0 then table.remove(l, 1) end
+    if last[2] == 0 then l[#l] = nil end
   end
   return { l = l }, max(p.limit - (n - (cost - left)), 0), reset_ms(l, now_ms), 0, 0
 end

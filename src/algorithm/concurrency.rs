@@ -5,7 +5,13 @@
 //! limit were held before the request; every acquisition counts, admitted or not,
 //! because Envoy sends the stream-done release for denied requests too: were a denied
 //! acquisition not counted, its release would free a slot an admitted request holds.
-//! A release gives back the earliest-expiring leases.
+//! A release gives back the latest-expiring leases: the leases are anonymous, and
+//! giving back the earliest would hand a dead Envoy's old leases the expiry of the
+//! newest acquisitions; under steady traffic (each denied try taking a lease and
+//! releasing one) they would never expire. Given back from the newest, every lease
+//! left is as old as it really is, so a dead Envoy's slots come back within the
+//! lease whatever the traffic; a live request runs on an older lease only when it
+//! outlives the lease, which the lease time is chosen to exceed.
 //!
 //! Leases are kept per whole second of expiry (a lease lasts its lease time, rounded
 //! up to the second), so a counter holds at most one entry per second of the lease
@@ -67,19 +73,19 @@ pub fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) ->
     (s, Decision::deny(reset, Some(retry)))
 }
 
-/// Gives back the `cost` earliest-expiring leases (those nearest to expiring anyway).
+/// Gives back the `cost` latest-expiring leases (see the module's note).
 pub fn release(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
     let (mut s, n) = held(state, now_ms);
     let mut left = cost;
     while left > 0 {
-        let Some(mut first) = s.leases.first_entry() else {
+        let Some(mut last) = s.leases.last_entry() else {
             break;
         };
-        let take = left.min(*first.get());
-        *first.get_mut() -= take;
+        let take = left.min(*last.get());
+        *last.get_mut() -= take;
         left -= take;
-        if *first.get() == 0 {
-            first.remove();
+        if *last.get() == 0 {
+            last.remove();
         }
     }
     let remaining = params
@@ -178,7 +184,7 @@ mod tests {
         assert!(d.allowed);
         let (s, d) = decide(Some(&s), &p, 2_000, 1);
         assert!(!d.allowed, "two held");
-        assert_eq!(d.retry_after, Some(Duration::from_secs(60)), "the first lease ends");
+        assert_eq!(d.retry_after, Some(Duration::from_secs(59)), "the first leases end");
         assert_eq!(s.leases.values().sum::<u64>(), 3, "the denied one counts too");
         // The denied request's release, then an admitted one's: one slot free.
         let (s, _) = release(Some(&s), &p, 3_000, 1);

@@ -339,6 +339,16 @@ impl Algorithm {
         Self::ALL.into_iter().find(|a| a.name() == text)
     }
 
+    /// The algorithms that limit a rate (all but those counting requests in flight,
+    /// whose leases a simulation of arrivals cannot release): what `tollgate
+    /// simulate` compares by default.
+    pub fn rate_limits() -> Vec<Algorithm> {
+        Self::ALL
+            .into_iter()
+            .filter(|a| !a.counts_denials())
+            .collect()
+    }
+
     /// Every name, in list order (for command lines that take one).
     pub fn names() -> [&'static str; Algorithm::ALL.len()] {
         Self::ALL.map(Algorithm::name)

@@ -198,7 +198,7 @@ fn setup(args: &SimulateArgs) -> Result<Setup, String> {
         }
     }
     if algorithms.is_empty() {
-        algorithms = Algorithm::ALL.to_vec();
+        algorithms = Algorithm::rate_limits();
     }
     let max_delay_ms = args
         .max_delay

@@ -69,7 +69,7 @@ impl Setup {
             window_ms,
             burst: None,
             max_delay_ms: None,
-            algorithms: Algorithm::ALL.to_vec(),
+            algorithms: Algorithm::rate_limits(),
         }
     }
 

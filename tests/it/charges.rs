@@ -111,6 +111,7 @@ async fn an_overdraft_budget_spends_its_limit_plus_one_charge() {
                     LimiterOptions::default(),
                 );
                 let spent = spend(&limiter, charge).await;
+                eprintln!("{test}: {spent} tokens spent in 50 rounds");
                 // Checks pass while something remains: at most 1000 plus the one
                 // charge that overdraws (a bucket refills ~0.3 per second an hour).
                 let most = 1000 + charge + 10;

@@ -24,6 +24,7 @@ mod cli_redis;
 mod cluster_batching;
 mod cluster_faults;
 mod cluster_reshard;
+mod concurrency;
 mod config_algorithms;
 mod config_dirs;
 mod config_errors;

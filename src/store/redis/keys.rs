@@ -125,7 +125,7 @@ mod tests {
     #[test]
     fn algorithm_names_in_keys_are_stable() {
         let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.key_name()).collect();
-        assert_eq!(names, ["fw", "sw", "sl", "tb", "gcra", "lb"]);
+        assert_eq!(names, ["fw", "sw", "sl", "tb", "gcra", "lb", "cc"]);
     }
 
     fn counter(entries: Vec<(String, String)>, hash_tag: Option<Vec<&str>>) -> CounterKey {

@@ -57,7 +57,7 @@ const COMMON: &str = include_str!("../../../../lua/common.lua");
 /// from the enum. Each algorithm's module (`lua/<name>.lua`) sits in one branch of a
 /// generated `algorithm(id)`, which builds a module on its first use in a call. Why
 /// lazily: Redis keeps the compiled script, but its top level runs on every call, and
-/// defining all six modules (their functions and tables) cost more per call than
+/// defining every module (their functions and tables) cost more per call than
 /// deciding a dozen operations; a call now builds only the modules it uses.
 fn assemble(entry: &str) -> String {
     let mut body = String::from(COMMON);
