@@ -131,6 +131,7 @@ fn op(algorithm: Algorithm) -> CounterOp {
         window_ms: 60_000,
         burst: limit,
         max_delay_ms: None,
+        calendar: None,
     };
     CounterOp {
         key: CounterKey {
@@ -139,6 +140,7 @@ fn op(algorithm: Algorithm) -> CounterOp {
             entries: Default::default(),
             algorithm,
             window_secs: 60,
+            time_zone: None,
             hash_tag: None,
         },
         params,

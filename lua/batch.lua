@@ -11,7 +11,8 @@
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
 -- ARGV[1+i] operation i, 43 bytes, struct.pack('<BBddddBd', f, id, limit, window ms,
---           burst, max delay ms (-1 = none), vetoes (1/0), cost): f is "+" (byte 43)
+--           burst, max delay ms (-1 = none), vetoes (1/0), cost), and for a rule with
+--           a time_zone 48 more: its periods (`calendar` in common.lua): f is "+" (byte 43)
 --           for the first operation of a request (a segment), "-" (45) for the first
 --           of a dry run (decide, write nothing: the request is already denied
 --           elsewhere, only true statuses are wanted), "." (46) for a further operation
@@ -75,9 +76,14 @@ end
 -- 43 bytes (struct format OP, see WireOp in store/redis/scripts/): one C call reads every
 -- number, where matching a text pattern made a string per field and converted each.
 local OP, OP_LEN, PLUS, MINUS, DOT = '<BBddddBd', 43, 43, 45, 46
+-- An operation of a time_zone rule has its periods' 48 bytes after its own. When
+-- Redis's clock is in none of them, the call fails with CLOCK and that clock (ms).
+local CAL_LEN, CLOCK = 48, 'tollgate: calendar clock '
 local specs = {}
+-- Set when an operation's calendar periods do not hold Redis's clock.
+local skewed = false
 local function parse(text)
-  if text == nil or #text ~= OP_LEN then return nil end
+  if text == nil or (#text ~= OP_LEN and #text ~= OP_LEN + CAL_LEN) then return nil end
   local flag, id, limit, window, burst, max_delay, flags, cost = struct.unpack(OP, text)
   local algo = algorithm(id)
   -- Whole numbers only, none negative but max_delay's -1 (a NaN fails every test).
@@ -103,6 +109,11 @@ local function parse(text)
     max_delay = max_delay, vetoes = flags % 2 == 1, cost = cost, starts = flag ~= DOT,
     dry = flag == MINUS, commits = commits, need = need, check = algo.decide,
   }
+  if #text > OP_LEN then
+    local ok, why = calendar(p, text, OP_LEN + 1, now_ms)
+    if why then skewed = true end
+    if not ok then return nil end
+  end
   specs[text] = p
   return p
 end
@@ -141,6 +152,7 @@ local first = 1
 local p = specs[ARGV[2]] or parse(ARGV[2])
 while first <= count do
   if p == nil then
+    if skewed then return redis.error_reply(CLOCK .. int(now_ms)) end
     return redis.error_reply('tollgate: malformed operation ' .. first)
   end
   -- This request's operations run to the next one that starts a request.
@@ -149,6 +161,7 @@ while first <= count do
     local text = ARGV[2 + last]
     next_p = specs[text] or parse(text)
     if next_p == nil then
+      if skewed then return redis.error_reply(CLOCK .. int(now_ms)) end
       return redis.error_reply('tollgate: malformed operation ' .. (last + 1))
     end
     if next_p.starts then break end

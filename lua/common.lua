@@ -65,6 +65,39 @@ local function pexpire(key, ms, injected)
   redis.call('PEXPIRE', key, ttl_ms(ms))
 end
 
+-- Calendar periods (time_zone; src/algorithm/calendar.rs): an operation may carry
+-- the starts of six consecutive periods around tollgate's clock, 48 bytes after its
+-- own (struct '<dddddd'). Reads them from `text` into p.cal_bounds and takes the
+-- period holding Redis's clock among the middle three, so the clocks may differ by up
+-- to a period: its start, end, the start before it and the end after it. False for
+-- malformed bounds (not whole, or not in order); false and 'skew' for a clock
+-- outside all three (the clocks more than a period apart): the call then fails
+-- naming Redis's clock, from which tollgate learns the difference (scripts/mod.rs).
+local CALENDAR = '<dddddd'
+local function calendar(p, text, at, now_ms)
+  local b = { struct.unpack(CALENDAR, text, at) }
+  for i = 1, 6 do
+    if floor(b[i]) ~= b[i] or (i > 1 and not (b[i] >= b[i - 1])) then return false end
+  end
+  p.cal_bounds = b
+  if now_ms == nil then return true end
+  local now = now_ms
+  if now < b[2] or now >= b[5] then return false, 'skew' end
+  local i = 2
+  if now >= b[4] then i = 4 elseif now >= b[3] then i = 3 end
+  p.cal_now, p.cal_prev, p.cal_start, p.cal_end, p.cal_next_end = now, b[i - 1], b[i], b[i + 1], b[i + 2]
+  return true
+end
+
+-- The start of the period after the one starting at `start`, among p's bounds.
+local function calendar_after(p, start)
+  local b = p.cal_bounds
+  for i = 1, 5 do
+    if b[i] == start then return b[i + 1] end
+  end
+  return nil
+end
+
 -- A string state with its TTL in one command.
 local function set_with_ttl(key, value, ms, injected)
   if injected then

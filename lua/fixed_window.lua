@@ -20,12 +20,20 @@ local SHIFT, CAP = 1048576, 8589934591
 
 -- The window's start and reset depend only on the spec and the call's one clock: they
 -- are computed once per call and kept in the spec's table (p), which lives as long,
--- with the low bits the window's value carries.
+-- with the low bits the window's value carries and its end (the TTL's instant).
+-- With a time_zone, the window is the calendar period common.lua's `calendar` chose.
 local function current(p, now_ms)
+  if p.cal_start then
+    local now, start = floor(p.cal_now / 1000), floor(p.cal_start / 1000)
+    p.fw_start, p.fw_reset = start, (floor(p.cal_end / 1000) - now) * 1000
+    p.fw_low, p.fw_end = start % SHIFT, p.cal_end
+    return start
+  end
   local window = max(floor(p.window / 1000), 1)
   local now = floor(now_ms / 1000)
   local start = now - (now % window)
   p.fw_start, p.fw_reset, p.fw_low = start, (window - (now % window)) * 1000, start % SHIFT
+  p.fw_end = (start + window) * 1000
   return start
 end
 
@@ -109,11 +117,11 @@ function fixed_window.save(key, s, p, now_ms, injected, _, stored)
     redis.call('SET', key, value)
     return
   end
-  -- Every save of this spec in this call is in the one window of the call's clock.
+  -- Every save of this spec in this call is in the one window of the call's clock:
+  -- s.w is that window (decide wrote it), whose end current() kept.
   local ttl = p.fw_ttl
   if ttl == nil then
-    local window = max(floor(p.window / 1000), 1)
-    ttl = ttl_ms((s.w + window) * 1000 - now_ms)
+    ttl = ttl_ms(p.fw_end - now_ms)
     p.fw_ttl = ttl
   end
   redis.call('SET', key, value, 'PX', ttl)

@@ -7,9 +7,19 @@ local sliding_window = {}
 -- The window's start depends only on the spec and the call's one clock: it is computed
 -- once per call and kept in the spec's table (p), which lives as long, with the start
 -- as Redis stores it.
+-- With a time_zone, the window is the calendar period common.lua's `calendar` chose:
+-- its length, the next one's, and the start before it (else `start - window`).
 local function current(p, now_ms)
+  if p.cal_start then
+    local start = p.cal_start
+    p.sw_start, p.sw_text, p.sw_prev = start, int(start), p.cal_prev
+    p.sw_window, p.sw_next = p.cal_end - start, p.cal_next_end - p.cal_end
+    p.sw_ttl_at = p.cal_next_end
+    return start
+  end
   local start = now_ms - (now_ms % p.window)
-  p.sw_start, p.sw_text = start, int(start)
+  p.sw_start, p.sw_text, p.sw_window, p.sw_next = start, int(start), p.window, p.window
+  p.sw_ttl_at = start + 2 * p.window
   return start
 end
 
@@ -24,12 +34,12 @@ function sliding_window.load(key, p, now_ms)
 end
 
 function sliding_window.decide(s, p, now_ms, cost, _, reuse)
-  local window = p.window
   local start = p.sw_start or current(p, now_ms)
+  local window, next_window, prev_start = p.sw_window, p.sw_next, p.sw_prev
   local prev, curr = 0, 0
   if s.start == start then
     prev, curr = s.prev, s.curr
-  elseif s.start + window == start then
+  elseif (prev_start == nil and s.start + window == start) or s.start == prev_start then
     prev, curr = s.curr, 0
   end
   local elapsed = now_ms - start
@@ -53,7 +63,7 @@ function sliding_window.decide(s, p, now_ms, cost, _, reuse)
     retry = ceil_ms(at - elapsed)
   else
     local at = 0
-    if curr > need then at = window * (1 - need / curr) end
+    if curr > need then at = next_window * (1 - need / curr) end
     retry = reset_ms + ceil_ms(at)
   end
   return st, -1, reset_ms, retry, 0
@@ -69,16 +79,18 @@ function sliding_window.save(key, s, p, now_ms, injected, _, stored)
     return
   end
   redis.call('HSET', key, 's', int(s.start), 'p', int(s.prev), 'c', int(s.curr))
-  pexpire(key, s.start + 2 * p.window - now_ms, injected)
+  pexpire(key, p.sw_ttl_at - now_ms, injected)
 end
 
 function sliding_window.refund(key, p, token, cost)
   local h = redis.call('HMGET', key, 's', 'p', 'c')
   local start = tonumber(h[1])
+  local after
+  if p.cal_bounds then after = calendar_after(p, token) else after = token + p.window end
   if start == token then
     local back = min(tonumber(h[3]) or 0, cost)
     if back > 0 then redis.call('HINCRBY', key, 'c', -back) end
-  elseif start == token + p.window then
+  elseif after ~= nil and start == after then
     local back = min(tonumber(h[2]) or 0, cost)
     if back > 0 then redis.call('HINCRBY', key, 'p', -back) end
   end

@@ -170,6 +170,7 @@ mod tests {
             window_ms: lease_secs * 1000,
             burst: limit,
             max_delay_ms: None,
+            calendar: None,
         }
     }
 

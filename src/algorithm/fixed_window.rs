@@ -1,7 +1,8 @@
 //! Fixed window counting, envoyproxy/ratelimit's only algorithm: windows of W aligned
 //! to the Unix epoch (so every replica and every restart agrees on the boundaries),
 //! admit iff `count + cost <= L`. Times are whole seconds, as envoyproxy/ratelimit
-//! reports them.
+//! reports them. With a `time_zone` the windows are that zone's calendar periods
+//! (`calendar.rs`) instead.
 
 use super::{mode, Decision, Layout, Model, Params, Stored};
 
@@ -16,16 +17,26 @@ fn window_secs(params: &Params) -> u64 {
     (params.window_ms / 1000).max(1)
 }
 
-pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
-    let window = window_secs(params);
+/// The window holding `now_ms`: its start (s) and the time until its end (whole
+/// seconds, in ms).
+fn window(params: &Params, now_ms: u64) -> (u64, u64) {
     let now = now_ms / 1000;
-    let start = now - now % window;
+    if let Some(calendar) = params.calendar {
+        let period = calendar.period_at(now_ms);
+        // Past year 9999 the clock reads as the period's last instant (`calendar.rs`).
+        return (period.start / 1000, (period.end / 1000).saturating_sub(now) * 1000);
+    }
+    let window = window_secs(params);
+    // envoyproxy/ratelimit's `window - now % window`: a full window on a boundary.
+    (now - now % window, (window - now % window) * 1000)
+}
+
+pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
+    let (start, reset_ms) = window(params, now_ms);
     let count = match state {
         Some(s) if s.window_start == start => s.count,
         _ => 0,
     };
-    // envoyproxy/ratelimit's `window - now % window`: a full window on a boundary.
-    let reset_ms = (window - now % window) * 1000;
     let after = count.saturating_add(cost);
     if after <= params.limit {
         let state = State {
@@ -46,7 +57,10 @@ pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> 
 }
 
 pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
-    (state.window_start + window_secs(params)) * 1000
+    match params.calendar {
+        Some(calendar) => calendar.period_at(state.window_start * 1000).end,
+        None => (state.window_start + window_secs(params)) * 1000,
+    }
 }
 
 /// How many low bits of the stored value hold the window's start (`lua/fixed_window.lua`).
@@ -64,6 +78,7 @@ impl Model for FixedWindow {
     const ALLOWS_ZERO_RATE: bool = true;
     const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::Value;
+    const TAKES_TIME_ZONE: bool = true;
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = false;
@@ -141,6 +156,7 @@ mod tests {
             window_ms: window_secs * 1000,
             burst: limit,
             max_delay_ms: None,
+            calendar: None,
         }
     }
 

@@ -106,6 +106,7 @@ mod tests {
             window_ms: 1000,
             burst,
             max_delay_ms: None,
+            calendar: None,
         }
     }
 

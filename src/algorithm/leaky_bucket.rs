@@ -115,6 +115,7 @@ mod tests {
             window_ms: 1000,
             burst,
             max_delay_ms,
+            calendar: None,
         }
     }
 

@@ -45,6 +45,7 @@
 //! `ALLOWS_ZERO_RATE`, `TAKES_MAX_DELAY`) and checked in
 //! `src/config/compile/limit.rs` and `tollgate simulate`.
 
+pub mod calendar;
 mod mode;
 mod stored;
 #[cfg(test)]
@@ -80,6 +81,9 @@ pub trait Model {
     const TAKES_MAX_DELAY: bool;
     /// The Redis type its Lua twin keeps one counter in.
     const LAYOUT: Layout;
+    /// Whether it counts in periods, so `time_zone` can make them calendar periods
+    /// ([`Params::calendar`]); a bucket has a rate, not a period.
+    const TAKES_TIME_ZONE: bool = false;
     /// Why a charge ([`Mode::Overdraft`], [`Mode::Quota`]) makes no sense for it, as
     /// the config error says; `None`: [`Model::charge`] is defined.
     const CHARGE_REFUSAL: Option<&'static str>;
@@ -194,6 +198,13 @@ macro_rules! algorithms {
             pub fn takes_max_delay(self) -> bool {
                 match self {
                     $(Algorithm::$variant => <$module::$variant as Model>::TAKES_MAX_DELAY,)+
+                }
+            }
+
+            /// Whether `time_zone` means something ([`Model::TAKES_TIME_ZONE`]).
+            pub fn takes_time_zone(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::TAKES_TIME_ZONE,)+
                 }
             }
 
@@ -376,6 +387,9 @@ pub struct Params {
     pub burst: u64,
     /// Leaky bucket: the longest an admitted request may be held.
     pub max_delay_ms: Option<u64>,
+    /// `time_zone`: the windows are these calendar periods instead of `window_ms`
+    /// from the epoch (only where [`Algorithm::takes_time_zone`]).
+    pub calendar: Option<calendar::Calendar>,
 }
 
 impl Params {

@@ -123,6 +123,7 @@ mod tests {
             window_ms,
             burst: limit,
             max_delay_ms: None,
+            calendar: None,
         }
     }
 

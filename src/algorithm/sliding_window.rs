@@ -3,7 +3,9 @@
 //! `estimate = prev x (W - elapsed) / W + curr`, admit iff `estimate + cost <= L`.
 //! Two numbers of state; it smooths the boundary burst of fixed windows but assumes
 //! the previous window's hits were spread evenly, so in the worst case (all of them
-//! at its very end) it admits up to 2L in one interval of length W.
+//! at its very end) it admits up to 2L in one interval of length W. With a
+//! `time_zone` the windows are that zone's calendar periods (`calendar.rs`): W is the
+//! current period's length, and the previous count is the period before's.
 
 use super::{mode, Decision, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
@@ -15,12 +17,45 @@ pub struct State {
     pub curr: u64,
 }
 
-/// The state as seen at `now`: rolled forward when windows have passed.
-fn roll(state: Option<State>, window: u64, now_ms: u64) -> State {
-    let start = now_ms - now_ms % window;
+/// The window holding an instant: where it and the one before start, and the
+/// lengths of it and of the next (all ms).
+struct Frame {
+    /// `None` without a calendar: the window before starts `window` earlier.
+    prev_start: Option<u64>,
+    start: u64,
+    window: u64,
+    next_window: u64,
+}
+
+fn frame(params: &Params, now_ms: u64) -> Frame {
+    if let Some(calendar) = params.calendar {
+        let p = calendar.period_at(now_ms);
+        return Frame {
+            prev_start: Some(p.prev_start),
+            start: p.start,
+            window: p.end - p.start,
+            next_window: p.next_end - p.end,
+        };
+    }
+    let window = params.window_ms.max(1);
+    Frame {
+        prev_start: None,
+        start: now_ms - now_ms % window,
+        window,
+        next_window: window,
+    }
+}
+
+/// The state as seen in window `f`: rolled forward when windows have passed.
+fn roll(state: Option<State>, f: &Frame) -> State {
+    let (start, window) = (f.start, f.window);
+    let follows = |s: &State| match f.prev_start {
+        Some(prev) => s.start == prev,
+        None => s.start + window == start,
+    };
     match state {
         Some(s) if s.start == start => s,
-        Some(s) if s.start + window == start => State {
+        Some(s) if follows(&s) => State {
             start,
             prev: s.curr,
             curr: 0,
@@ -34,8 +69,11 @@ fn roll(state: Option<State>, window: u64, now_ms: u64) -> State {
 }
 
 pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
-    let window = params.window_ms.max(1);
-    let s = roll(state, window, now_ms);
+    let f = frame(params, now_ms);
+    let (window, next_window) = (f.window, f.next_window);
+    // Always inside the frame, but for a calendar's clock past year 9999.
+    let now_ms = now_ms.min(f.start + window.saturating_sub(1));
+    let s = roll(state, &f);
     let elapsed = now_ms - s.start;
     let weight = (window - elapsed) as f64 / window as f64;
     let estimate = s.prev as f64 * weight + s.curr as f64;
@@ -60,7 +98,7 @@ pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> 
     } else {
         // Only in the next window, once this window's hits weigh less.
         let at = if s.curr as f64 > need {
-            window as f64 * (1.0 - need / s.curr as f64)
+            next_window as f64 * (1.0 - need / s.curr as f64)
         } else {
             0.0
         };
@@ -70,7 +108,10 @@ pub fn decide(state: Option<State>, params: &Params, now_ms: u64, cost: u64) -> 
 }
 
 pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
-    state.start + 2 * params.window_ms
+    match params.calendar {
+        Some(calendar) => calendar.period_at(state.start).next_end,
+        None => state.start + 2 * params.window_ms,
+    }
 }
 
 /// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/sliding_window.lua`.
@@ -85,6 +126,7 @@ impl Model for SlidingWindow {
     const ALLOWS_ZERO_RATE: bool = false;
     const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::Hash;
+    const TAKES_TIME_ZONE: bool = true;
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = false;
@@ -155,6 +197,7 @@ mod tests {
             window_ms,
             burst: limit,
             max_delay_ms: None,
+            calendar: None,
         }
     }
 

@@ -127,6 +127,7 @@ mod tests {
             window_ms,
             burst,
             max_delay_ms: None,
+            calendar: None,
         }
     }
 

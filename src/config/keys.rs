@@ -47,6 +47,7 @@ static RATE_LIMIT: Shape = Shape::Map(&[
     ("unit_multiplier", &U32),
     ("burst", &U32),
     ("leaky_bucket", &LEAKY_BUCKET),
+    ("time_zone", &TEXT),
 ]);
 static RATE_LIMITS: Shape = Shape::List(&RATE_LIMIT);
 static DESCRIPTORS: Shape = Shape::List(&DESCRIPTOR);

@@ -4,12 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::algorithm::calendar::{Calendar, CalendarUnit};
 use crate::algorithm::{Algorithm, Params};
 use crate::proto::rate_limit_response::rate_limit::Unit as ProtoUnit;
 
 /// A limit's time unit. Windows are whole multiples of the unit's length in seconds,
 /// aligned to the Unix epoch, with the lengths envoyproxy/ratelimit uses (a month is
-/// 30 days, a year 365 days) so counters roll over at the same instants.
+/// 30 days, a year 365 days) so counters roll over at the same instants; unless the
+/// limit names a `time_zone`, which makes days, weeks, months and years that zone's
+/// calendar periods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
     Second,
@@ -61,6 +64,18 @@ impl Unit {
         }
     }
 
+    /// The calendar unit it is in a time zone; `None` for the units that are the same
+    /// length everywhere (second, minute, hour).
+    pub fn calendar(self) -> Option<CalendarUnit> {
+        match self {
+            Unit::Second | Unit::Minute | Unit::Hour => None,
+            Unit::Day => Some(CalendarUnit::Day),
+            Unit::Week => Some(CalendarUnit::Week),
+            Unit::Month => Some(CalendarUnit::Month),
+            Unit::Year => Some(CalendarUnit::Year),
+        }
+    }
+
     pub fn to_proto(self) -> ProtoUnit {
         match self {
             Unit::Second => ProtoUnit::Second,
@@ -104,6 +119,9 @@ pub struct Limit {
     pub max_delay: Option<Duration>,
     /// Reported in `current_limit.name`; what `replaces` refers to.
     pub name: Option<Arc<str>>,
+    /// tollgate extension: days, weeks, months and years are this zone's calendar
+    /// periods (validated: only with those units and an algorithm that takes one).
+    pub time_zone: Option<chrono_tz::Tz>,
 }
 
 impl Limit {
@@ -117,6 +135,7 @@ impl Limit {
             burst: None,
             max_delay: None,
             name: None,
+            time_zone: None,
         }
     }
 
@@ -136,7 +155,17 @@ impl Limit {
             max_delay_ms: self
                 .max_delay
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            calendar: self.calendar(),
         }
+    }
+
+    /// The calendar periods the windows follow, when a `time_zone` makes them so.
+    pub fn calendar(&self) -> Option<Calendar> {
+        Some(Calendar {
+            zone: self.time_zone?,
+            unit: self.unit.calendar()?,
+            every: self.unit_multiplier.max(1),
+        })
     }
 }
 
@@ -156,6 +185,9 @@ impl std::fmt::Display for Limit {
         }
         if let Some(delay) = self.max_delay {
             write!(f, " max_delay={delay:?}")?;
+        }
+        if let Some(zone) = self.time_zone {
+            write!(f, " time_zone={}", zone.name())?;
         }
         if let Some(name) = &self.name {
             write!(f, " name={name}")?;

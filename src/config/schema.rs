@@ -84,6 +84,9 @@ pub struct RateLimitYaml {
     pub unit_multiplier: Option<Spanned<u32>>,
     pub burst: Option<Spanned<u32>>,
     pub leaky_bucket: Option<Spanned<LeakyBucketYaml>>,
+    /// tollgate extension: an IANA zone (or UTC) whose calendar days, weeks, months
+    /// and years the windows follow.
+    pub time_zone: Option<Spanned<String>>,
 }
 
 /// Options of the leaky-bucket shaper.

@@ -77,6 +77,8 @@ impl Limiter {
         options: LimiterOptions,
         metrics: Arc<Metrics>,
     ) -> Self {
+        // The configured limits' gauges start with the first set.
+        metrics.config_swapped(&config);
         Self {
             config: ArcSwap::from_pointee(config),
             store,

@@ -301,6 +301,7 @@ pub fn counter_key(
         entries,
         algorithm: limit.algorithm,
         window_secs: limit.window_secs(),
+        time_zone: limit.calendar().map(|c| c.zone),
         hash_tag: rule.and_then(|r| r.hash_tag.clone()),
     }
 }

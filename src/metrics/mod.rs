@@ -6,12 +6,14 @@
 //! Crate: `prometheus-client`, the Prometheus project's own: typed metric families,
 //! an explicit registry instead of a global recorder, bounded histograms.
 //!
-//! Beside the request path: `tollgate_build_info`, the backend's health per node
+//! Beside the request path: the configured limits ([`limits`]),
+//! `tollgate_build_info`, the backend's health per node
 //! ([`backend`]), reload timestamps, and the process figures read at scrape time
 //! ([`process`]).
 
 mod backend;
 mod lifecycle;
+mod limits;
 mod memory;
 mod process;
 mod rlqs;
@@ -49,6 +51,7 @@ pub struct Metrics {
     /// Whether `GET /metrics` answers (`USE_PROMETHEUS=false` turns it off).
     exposed: bool,
     rules: rules::RuleMetrics,
+    limits: limits::LimitGauges,
     service: service::ServiceMetrics,
     lifecycle: lifecycle::Lifecycle,
     backend_health: backend::BackendMetrics,
@@ -107,6 +110,7 @@ impl Metrics {
             near_limit_ratio,
             exposed,
             rules: rules::RuleMetrics::register(&mut registry, upstream_names, bounds),
+            limits: limits::LimitGauges::register(&mut registry),
             backend_health: backend::BackendMetrics::register(&mut registry),
             memory: memory::MemoryMetrics::register(&mut registry),
             lifecycle: lifecycle::Lifecycle::register(&mut registry),
@@ -185,9 +189,11 @@ impl Metrics {
         self.service.config_served(generation, hash);
     }
 
-    /// A new config is served: the series of rules and domains it no longer has are
-    /// removed (an override's series stay while their domain does).
+    /// A new config is served (or the first): the series of rules and domains it no
+    /// longer has are removed (an override's series stay while their domain does),
+    /// and the configured limits' gauges follow it.
     pub fn config_swapped(&self, config: &Config) {
+        self.limits.set(config);
         self.rules.retain(|domain, rule| {
             config.domain(domain).is_some_and(|d| {
                 rule == OVERRIDE_SERIES || d.rules.iter().any(|r| &*r.path == rule)

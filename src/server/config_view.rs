@@ -6,7 +6,7 @@
 //! `/rlconfig` prints one line per limit, exactly as envoyproxy/ratelimit does for its
 //! own features (`<domain>.<path>: unit=MINUTE requests_per_unit=10, shadow_mode:
 //! false, quota_mode: false`), with tollgate's extensions appended only when used (`, algorithm: gcra`,
-//! `, unit_multiplier: 5`, `, burst: 20`), and `unlimited` rules as
+//! `, unit_multiplier: 5`, `, burst: 20`, `, time_zone: Europe/Berlin`), and `unlimited` rules as
 //! envoyproxy/ratelimit shows them (`unit=UNKNOWN requests_per_unit=0`) plus
 //! `, unlimited: true`. Domains are in name order, rules in config order.
 
@@ -65,6 +65,9 @@ fn extensions(limit: &Limit) -> String {
     }
     if let Some(delay) = limit.max_delay {
         let _ = write!(out, ", max_delay: {}ms", delay.as_millis());
+    }
+    if let Some(zone) = limit.time_zone {
+        let _ = write!(out, ", time_zone: {}", zone.name());
     }
     out
 }
@@ -127,6 +130,7 @@ fn limit_json(limit: &Limit) -> Value {
         "algorithm": limit.algorithm.name(),
         "burst": limit.burst,
         "max_delay_ms": limit.max_delay.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        "time_zone": limit.time_zone.map(|z| z.name()),
     })
 }
 

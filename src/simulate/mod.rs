@@ -134,6 +134,7 @@ impl Setup {
                 .takes_max_delay()
                 .then_some(self.max_delay_ms)
                 .flatten(),
+            calendar: None,
         }
     }
 

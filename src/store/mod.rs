@@ -41,6 +41,9 @@ pub struct CounterKey {
     pub entries: Entries,
     pub algorithm: Algorithm,
     pub window_secs: u64,
+    /// `time_zone`: calendar periods of this zone, a counter apart from the same
+    /// window counted from the epoch or in another zone.
+    pub time_zone: Option<chrono_tz::Tz>,
     /// `hash_tag`: the entry keys that form the Redis Cluster hash tag (`None`: all).
     /// It decides where the counter lives, never which requests share it.
     pub hash_tag: Option<Arc<[Arc<str>]>>,
@@ -57,6 +60,7 @@ impl PartialEq for CounterKey {
         }
         self.window_secs == other.window_secs
             && self.algorithm == other.algorithm
+            && self.time_zone == other.time_zone
             && self.entries == other.entries
             && same(&self.rule, &other.rule)
             && same(&self.domain, &other.domain)
@@ -77,6 +81,7 @@ impl Hash for CounterKey {
         self.entries.hash(state);
         self.algorithm.hash(state);
         self.window_secs.hash(state);
+        self.time_zone.hash(state);
         self.hash_tag.hash(state);
     }
 }
@@ -253,6 +258,7 @@ mod tests {
             entries: [("k".into(), "v".into())].into_iter().collect(),
             algorithm: Algorithm::FixedWindow,
             window_secs: 60,
+            time_zone: None,
             hash_tag: Some(Arc::from([Arc::from("k")])),
         }
     }

@@ -6,7 +6,8 @@
 //! `Struct`, which envoyproxy/ratelimit echoes in the answer's dynamic metadata. So
 //! keys named `tollgate.<field>` are consumed here, never echoed, and every other key
 //! stays metadata as upstream treats it:
-//! - `tollgate.algorithm`, `.unit_multiplier`, `.burst`, `.leaky_bucket`: into the
+//! - `tollgate.algorithm`, `.unit_multiplier`, `.burst`, `.leaky_bucket`,
+//!   `.time_zone`: into the
 //!   descriptor's `rate_limit`;
 //! - `tollgate.rate_limits`, `.hash_tag`, `.tarpit`, `.share_threshold`,
 //!   `.value_to_metric`, `.overdraft`: onto the descriptor;
@@ -23,7 +24,13 @@ use serde_json::{Map, Number, Value as Json};
 pub const PREFIX: &str = "tollgate.";
 const DOMAIN_PREFIX: &str = "tollgate.domain.";
 
-const RATE_LIMIT_KEYS: &[&str] = &["algorithm", "unit_multiplier", "burst", "leaky_bucket"];
+const RATE_LIMIT_KEYS: &[&str] = &[
+    "algorithm",
+    "unit_multiplier",
+    "burst",
+    "leaky_bucket",
+    "time_zone",
+];
 const DESCRIPTOR_KEYS: &[&str] = &[
     "rate_limits",
     "hash_tag",

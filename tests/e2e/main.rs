@@ -16,6 +16,10 @@
 mod common;
 mod stack;
 
+mod budgets;
+mod budgets_enforced;
+mod budgets_wire;
+
 mod e2e_answers;
 mod e2e_envoy;
 mod e2e_xds;

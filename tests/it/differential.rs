@@ -54,6 +54,7 @@ fn params(algorithm: Algorithm, rng: &mut Rng) -> Params {
         window_ms,
         burst,
         max_delay_ms,
+        calendar: None,
     }
 }
 
@@ -64,6 +65,7 @@ fn counter(algorithm: Algorithm, name: String, p: &Params) -> CounterKey {
         entries: Default::default(),
         algorithm,
         window_secs: p.window_ms / 1000,
+        time_zone: None,
         hash_tag: None,
     }
 }

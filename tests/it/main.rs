@@ -14,6 +14,7 @@ mod common;
 mod admin;
 mod answers;
 mod bench_tool;
+mod calendar_periods;
 mod charges;
 mod cli;
 mod cli_check;

@@ -38,6 +38,7 @@ fn op(tenant: &str, address: &str, cost: u64) -> CounterOp {
             .collect(),
             algorithm: Algorithm::FixedWindow,
             window_secs: WINDOW_SECS,
+            time_zone: None,
             hash_tag: None,
         },
         params: Params {
@@ -46,6 +47,7 @@ fn op(tenant: &str, address: &str, cost: u64) -> CounterOp {
             window_ms: WINDOW_SECS * 1000,
             burst: 1,
             max_delay_ms: None,
+            calendar: None,
         },
         cost,
         vetoes: true,

@@ -39,6 +39,7 @@ fn op(algorithm: Algorithm, limit: u64, cost: u64) -> CounterOp {
             entries,
             algorithm,
             window_secs: WINDOW_SECS,
+            time_zone: None,
             hash_tag: None,
         },
         params: Params {
@@ -47,6 +48,7 @@ fn op(algorithm: Algorithm, limit: u64, cost: u64) -> CounterOp {
             window_ms: WINDOW_SECS * 1000,
             burst: limit,
             max_delay_ms: None,
+            calendar: None,
         },
         cost,
         vetoes: true,

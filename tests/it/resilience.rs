@@ -157,6 +157,7 @@ fn op(name: &str, limit: u64, cost: u64, algorithm: Algorithm) -> CounterOp {
             entries: Default::default(),
             algorithm,
             window_secs: 3600,
+            time_zone: None,
             hash_tag: None,
         },
         params: Params {
@@ -165,6 +166,7 @@ fn op(name: &str, limit: u64, cost: u64, algorithm: Algorithm) -> CounterOp {
             window_ms: 3_600_000,
             burst: limit,
             max_delay_ms: None,
+            calendar: None,
         },
         cost,
         vetoes: true,

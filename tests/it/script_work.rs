@@ -35,6 +35,7 @@ fn fixed_window_op(limit: u64) -> CounterOp {
         window_ms: 86_400_000,
         burst: limit,
         max_delay_ms: None,
+        calendar: None,
     };
     CounterOp {
         key: CounterKey {
@@ -43,6 +44,7 @@ fn fixed_window_op(limit: u64) -> CounterOp {
             entries: Default::default(),
             algorithm: Algorithm::FixedWindow,
             window_secs: 86_400,
+            time_zone: None,
             hash_tag: None,
         },
         params,

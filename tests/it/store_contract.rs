@@ -41,6 +41,7 @@ fn op(entries: &[(&str, &str)], limit: u64, cost: u64) -> CounterOp {
             entries,
             algorithm,
             window_secs: WINDOW,
+            time_zone: None,
             hash_tag: None,
         },
         params: Params {
@@ -49,6 +50,7 @@ fn op(entries: &[(&str, &str)], limit: u64, cost: u64) -> CounterOp {
             window_ms: WINDOW * 1000,
             burst: limit,
             max_delay_ms: None,
+            calendar: None,
         },
         cost,
         vetoes: true,

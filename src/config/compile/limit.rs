@@ -1,6 +1,7 @@
 //! Validation of one `rate_limit` mapping (in `rate_limit:` or an entry of
 //! `rate_limits:`) into a [`Limit`]: envoyproxy/ratelimit's rules for unit, unlimited
-//! and replaces, plus tollgate's algorithm, unit_multiplier, burst and leaky_bucket.
+//! and replaces, plus tollgate's algorithm, unit_multiplier, burst, leaky_bucket and
+//! time_zone.
 
 use std::sync::Arc;
 
@@ -61,6 +62,9 @@ pub fn parse(
         limit.algorithm = at.algorithm(a)?;
     }
     at.shape(&rl, &mut limit);
+    if let Some(zone) = &rl.time_zone {
+        limit.time_zone = at.time_zone(zone, &limit);
+    }
     let rpu_line = rl
         .requests_per_unit
         .as_ref()
@@ -198,6 +202,43 @@ impl Mapping<'_, '_> {
                 ),
             }
         }
+    }
+
+    /// `time_zone`: a zone the database knows, on a unit that is a calendar period,
+    /// counted by an algorithm that has periods (a bucket refills at a rate: a
+    /// calendar would only change its rate by the month, which nobody means).
+    fn time_zone(&mut self, zone: &Spanned<String>, limit: &Limit) -> Option<chrono_tz::Tz> {
+        let line = zone.referenced.line();
+        let Ok(tz) = zone.value.parse::<chrono_tz::Tz>() else {
+            self.error(
+                line,
+                format!(
+                    "time_zone: unknown time zone '{}' (expected an IANA name such as Europe/Berlin, America/New_York or UTC)",
+                    zone.value
+                ),
+            );
+            return None;
+        };
+        if limit.unit.calendar().is_none() {
+            self.error(
+                line,
+                format!(
+                    "time_zone: only day, week, month and year are calendar periods, not {} (which counts from the epoch in every zone)",
+                    limit.unit.name()
+                ),
+            );
+        }
+        if !limit.algorithm.takes_time_zone() {
+            self.error(
+                line,
+                format!(
+                    "time_zone: only {} count in calendar periods, not {}",
+                    Algorithm::names_where(Algorithm::takes_time_zone),
+                    limit.algorithm.name()
+                ),
+            );
+        }
+        Some(tz)
     }
 
     /// The bounds an algorithm puts on `requests_per_unit`.

@@ -76,6 +76,11 @@ pub fn encode(prefix: &str, counter: &CounterKey) -> String {
     key.push_str(counter.algorithm.key_name());
     key.push(':');
     key.push_str(itoa::Buffer::new().format(counter.window_secs));
+    // A zone's name is letters, digits and `/_+-`: nothing the encoding escapes.
+    if let Some(zone) = counter.time_zone {
+        key.push('@');
+        key.push_str(zone.name());
+    }
     key
 }
 
@@ -133,6 +138,7 @@ mod tests {
                 .collect(),
             algorithm: Algorithm::FixedWindow,
             window_secs: 60,
+            time_zone: None,
             hash_tag: hash_tag.map(|keys| keys.into_iter().map(Arc::from).collect()),
         }
     }

@@ -106,6 +106,7 @@ pub fn hourly(domain: &str, value: &str, limit: u64) -> CounterOp {
             entries: [("k".into(), value.into())].into_iter().collect(),
             algorithm: Algorithm::FixedWindow,
             window_secs: 3600,
+            time_zone: None,
             hash_tag: None,
         },
         params: Params {
@@ -114,6 +115,7 @@ pub fn hourly(domain: &str, value: &str, limit: u64) -> CounterOp {
             window_ms: 3_600_000,
             burst: limit,
             max_delay_ms: None,
+            calendar: None,
         },
         cost: 1,
         vetoes: true,

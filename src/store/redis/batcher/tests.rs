@@ -50,6 +50,7 @@ fn op() -> WireOp {
         window_ms: 60_000,
         burst: 10,
         max_delay_ms: None,
+        calendar: None,
     };
     WireOp::new(&crate::store::CounterOp {
         key: crate::store::CounterKey {
@@ -58,6 +59,7 @@ fn op() -> WireOp {
             entries: Default::default(),
             algorithm: params.algorithm,
             window_secs: 60,
+            time_zone: None,
             hash_tag: None,
         },
         params,

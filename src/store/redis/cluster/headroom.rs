@@ -228,6 +228,7 @@ mod tests {
                 entries: [("k".into(), "v".into())].into_iter().collect(),
                 algorithm: Algorithm::FixedWindow,
                 window_secs: 60,
+                time_zone: None,
                 hash_tag: None,
             },
             params: Params {
@@ -236,6 +237,7 @@ mod tests {
                 window_ms: 60_000,
                 burst: limit,
                 max_delay_ms: None,
+                calendar: None,
             },
             cost,
             vetoes: true,

@@ -8,6 +8,10 @@ use redis::{Cmd, Script};
 
 use super::runs;
 use super::{BATCH, BATCH_ANY_SLOT, REFUND};
+use crate::algorithm::calendar::Calendar;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use crate::clock::{Clock, SystemClock};
 use crate::store::CounterOp;
 
 /// One operation as both scripts read it, owned and `Copy` so a request can wait in
@@ -21,6 +25,8 @@ pub struct WireOp {
     pub(super) max_delay_ms: i64,
     pub(super) cost: u64,
     pub(super) vetoes: bool,
+    /// `time_zone`: the periods are sent with the operation ([`CALENDAR_LEN`]).
+    pub(super) calendar: Option<Calendar>,
     /// The mode's bits, `Mode::wire_bits` (bits 1-2 of the flags byte).
     pub(super) mode: u8,
 }
@@ -29,6 +35,33 @@ pub struct WireOp {
 /// flag, the algorithm id, limit, window, burst, max delay as little-endian doubles,
 /// the flags byte (vetoes, mode), the cost as a double).
 const OP_LEN: usize = 1 + 1 + 4 * 8 + 1 + 8;
+
+/// Redis's clock minus tollgate's (ms), as the batch script last reported it when a
+/// calendar's periods missed Redis's clock ([`learn_redis_clock`]); 0 until then.
+/// The periods are chosen around tollgate's clock plus this, so clocks that differ
+/// by more than a period (a host whose clock is off, a test that sets Redis's) cost
+/// one failed call, not wrong periods.
+static REDIS_AHEAD_MS: AtomicI64 = AtomicI64::new(0);
+
+/// Notes that Redis's clock read `redis_ms` just now.
+pub fn learn_redis_clock(redis_ms: u64) {
+    let ours = i128::from(SystemClock.now_millis());
+    let ahead = (i128::from(redis_ms) - ours).clamp(i128::from(i64::MIN), i128::from(i64::MAX));
+    REDIS_AHEAD_MS.store(ahead as i64, Ordering::Relaxed);
+}
+
+/// Tollgate's best idea of Redis's clock: its own, moved by what it learned.
+pub fn redis_clock_estimate() -> u64 {
+    SystemClock
+        .now_millis()
+        .saturating_add_signed(REDIS_AHEAD_MS.load(Ordering::Relaxed))
+}
+
+/// The bytes an operation with a calendar adds after [`OP_LEN`]: the starts of six
+/// consecutive periods around tollgate's clock (`Calendar::bounds_around`), as
+/// little-endian doubles (whole milliseconds, exact below 2^53). The script cannot
+/// read a time-zone database, so it picks Redis's period among these.
+const CALENDAR_LEN: usize = 6 * 8;
 
 /// Where an operation stands in its call, the first byte of its encoding (see
 /// `lua/batch.lua`).
@@ -62,6 +95,7 @@ impl WireOp {
                 op.cost.min(1 << 53)
             },
             vetoes: op.vetoes,
+            calendar: p.calendar,
             mode: op.mode.wire_bits(),
         }
     }
@@ -73,9 +107,10 @@ impl WireOp {
     /// matching a text made a Lua string per field and converted each (about a
     /// microsecond per call, as much as a decision), and formatting decimals here
     /// cost tollgate too. A u64 becomes the double nearest to it, as Lua's
-    /// `tonumber` of its decimal did.
-    fn write(&self, cmd: &mut Cmd, flag: Flag) {
-        let mut buf = [0u8; OP_LEN];
+    /// `tonumber` of its decimal did. A calendar's periods are those around
+    /// `around_ms` (tollgate's clock, or a test's injected one).
+    fn write(&self, cmd: &mut Cmd, flag: Flag, around_ms: u64) {
+        let mut buf = [0u8; OP_LEN + CALENDAR_LEN];
         buf[0] = flag as u8;
         buf[1] = self.algorithm;
         let numbers = [
@@ -88,7 +123,15 @@ impl WireOp {
             buf[2 + 8 * i..10 + 8 * i].copy_from_slice(&x.to_le_bytes());
         }
         buf[34] = u8::from(self.vetoes) | self.mode;
-        buf[35..].copy_from_slice(&(self.cost as f64).to_le_bytes());
+        buf[35..OP_LEN].copy_from_slice(&(self.cost as f64).to_le_bytes());
+        let Some(calendar) = self.calendar else {
+            cmd.arg(&buf[..OP_LEN]);
+            return;
+        };
+        for (i, start) in calendar.bounds_around(around_ms).into_iter().enumerate() {
+            let at = OP_LEN + 8 * i;
+            buf[at..at + 8].copy_from_slice(&(start as f64).to_le_bytes());
+        }
         cmd.arg(&buf[..]);
     }
 }
@@ -146,6 +189,28 @@ pub fn batch_cmd_in<K: AsRef<str>>(
     segments: &[Segment<'_, K>],
     now_ms: Option<u64>,
 ) -> Cmd {
+    let around = now_ms.unwrap_or_else(redis_clock_estimate);
+    batch_cmd_with(layout, segments, now_ms, around)
+}
+
+/// For tests of clocks apart: [`batch_cmd`] with Redis's clock injected as `now_ms`
+/// and the calendar periods sent chosen around `tollgate_ms`, as if tollgate's own
+/// clock read that.
+pub fn batch_cmd_around<K: AsRef<str>>(
+    segments: &[Segment<'_, K>],
+    now_ms: u64,
+    tollgate_ms: u64,
+) -> Cmd {
+    batch_cmd_with(Layout::Declared, segments, Some(now_ms), tollgate_ms)
+}
+
+/// The command of [`batch_cmd_in`], calendar periods chosen around `around_ms`.
+fn batch_cmd_with<K: AsRef<str>>(
+    layout: Layout,
+    segments: &[Segment<'_, K>],
+    now_ms: Option<u64>,
+    around_ms: u64,
+) -> Cmd {
     let entries = runs::entries(segments);
     let n = entries.len();
     let key_bytes: usize = entries.iter().map(|e| e.key.len()).sum();
@@ -163,7 +228,7 @@ pub fn batch_cmd_in<K: AsRef<str>>(
         None => cmd.arg(""),
     };
     for entry in &entries {
-        entry.op.write(&mut cmd, entry.flag);
+        entry.op.write(&mut cmd, entry.flag, around_ms);
     }
     if entries.iter().any(|e| e.run > 1) {
         let runs: Vec<u8> = entries.iter().map(|e| e.run).collect();
@@ -187,8 +252,11 @@ pub fn refund_cmd(refunds: &[&Refund]) -> Cmd {
     for refund in refunds {
         cmd.arg(refund.key.as_str());
     }
+    // A refund follows its batch call at once: the periods around now hold the one
+    // its token names.
+    let around = redis_clock_estimate();
     for refund in refunds {
-        refund.op.write(&mut cmd, Flag::Continues);
+        refund.op.write(&mut cmd, Flag::Continues, around);
         cmd.arg(refund.token);
     }
     cmd
@@ -210,6 +278,7 @@ mod tests {
                 entries: [("k".into(), "v".into())].into_iter().collect(),
                 algorithm: limit.algorithm,
                 window_secs: limit.window_secs(),
+                time_zone: None,
                 hash_tag: None,
             },
             params: limit.params(),
@@ -355,10 +424,11 @@ mod tests {
             max_delay_ms: i64::MIN,
             cost: u64::MAX,
             vetoes: true,
+            calendar: None,
             mode: 0,
         };
         let mut cmd = Cmd::new();
-        wire.write(&mut cmd, Flag::StartsDry);
+        wire.write(&mut cmd, Flag::StartsDry, 0);
         let max: f64 = u64::MAX.to_string().parse().expect("a number");
         let min: f64 = i64::MIN.to_string().parse().expect("a number");
         assert_eq!(

@@ -22,7 +22,10 @@ mod reply;
 mod runs;
 
 use command::Flag;
-pub use command::{Layout, Refund, Segment, WireOp, batch_cmd, batch_cmd_in, refund_cmd};
+pub use command::{
+    Layout, Refund, Segment, WireOp, batch_cmd, batch_cmd_around, batch_cmd_in, learn_redis_clock,
+    redis_clock_estimate, refund_cmd,
+};
 pub use reply::{Reply, parse_batch_reply};
 
 /// The shebang (it must be the script's first line) and the unpacking of the keys
@@ -103,12 +106,38 @@ pub async fn evalsha<C: ConnectionLike, T: FromRedisValue>(
     cmd: &Cmd,
     script: &Script,
 ) -> RedisResult<T> {
-    match cmd.query_async(con).await {
+    let result = match cmd.query_async(con).await {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
             script.load_async(con).await?;
             cmd.query_async(con).await
         }
         other => other,
+    };
+    if let Err(e) = &result {
+        learn_from(e);
+    }
+    result
+}
+
+/// The batch script fails a call whose calendar periods (chosen around tollgate's
+/// clock) do not hold Redis's clock, naming that clock (`CLOCK` in lua/batch.lua):
+/// the next calls choose their periods around it.
+fn learn_from(error: &redis::RedisError) {
+    // redis-rs reads the reply's first word as its code: `"tollgate:": calendar ...`.
+    const CLOCK: &str = "calendar clock ";
+    let text = error.to_string();
+    if let Some(at) = text.find(CLOCK) {
+        let digits: String = text[at + CLOCK.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        if let Ok(redis_ms) = digits.parse() {
+            tracing::warn!(
+                redis_ms,
+                "Redis's clock is more than a calendar period away from tollgate's: periods follow Redis's from now on"
+            );
+            command::learn_redis_clock(redis_ms);
+        }
     }
 }
 

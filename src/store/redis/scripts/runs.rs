@@ -74,6 +74,7 @@ mod tests {
             max_delay_ms: -1,
             cost,
             vetoes: true,
+            calendar: None,
             mode: 0,
         }
     }

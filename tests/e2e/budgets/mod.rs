@@ -1,0 +1,220 @@
+//! The budget stack (docs/budgets.md): a real Envoy on `deploy/budgets/envoy.yaml`
+//! (rewritten for loopback: addresses only), the upstream whose cost is known only
+//! when it answers (`tests/python/budget_upstream.py`: `x-tokens` from the request's
+//! `x-cost`, slow by `x-sleep-ms`), and behind Envoy either one `tollgate serve` on
+//! `deploy/budgets/limits/` (the harness's Redis Cluster, a key prefix of the
+//! test's own) or a [`Capture`]: an in-process rate-limit service that answers OK (or
+//! OVER_LIMIT for tenant `denied`) and keeps every `ShouldRateLimit` request Envoy
+//! sent, so a test reads what Envoy puts on the wire.
+//!
+//! Every wait is a bounded condition; dropping a part kills its process.
+
+pub mod capture;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::envoy::REDIS_TIMEOUT_MS;
+use crate::common::envoy::render::load_yaml;
+use crate::common::process::{Server, root, tollgate};
+use crate::stack::guard::{Guarded, PidRecord};
+use crate::stack::http;
+use crate::stack::start::free_ports;
+
+pub use self::capture::Capture;
+
+const READY: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(50);
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+fn python() -> String {
+    std::env::var("TOLLGATE_PYTHON").unwrap_or_else(|_| "python3".to_owned())
+}
+
+/// Polls `GET path` until 200 while `process` runs; panics with its log otherwise.
+fn wait_http(process: &mut Guarded, addr: SocketAddr, path: &str) {
+    let deadline = Instant::now() + READY;
+    while Instant::now() < deadline {
+        process.assert_running();
+        if http::probe(addr, path).is_ok_and(|r| r.status == 200) {
+            return;
+        }
+        std::thread::sleep(POLL);
+    }
+    panic!("no 200 from {path} on {addr}\n{}", process.log_tail(40));
+}
+
+/// The budget upstream on a free port.
+pub fn upstream(dir: &Path) -> (Guarded, u16) {
+    let script = root().join("tests/python/budget_upstream.py");
+    let port = free_ports(1)[0];
+    let mut command = Command::new(python());
+    command.arg(&script).args(["--port", &port.to_string()]);
+    let mut process = Guarded::spawn("upstream", dir, &script.to_string_lossy(), command);
+    wait_http(&mut process, loopback(port), "/ready-probe");
+    (process, port)
+}
+
+/// One `tollgate serve` on `deploy/budgets/limits/`, the harness's cluster under
+/// `prefix`; answering gRPC.
+pub struct Tollgate {
+    pub server: Server,
+    pub grpc: u16,
+    _record: PidRecord,
+}
+
+pub fn tollgate_on_limits(prefix: &str) -> Tollgate {
+    let config = root().join("deploy/budgets/limits");
+    let ports = free_ports(2);
+    let nodes = crate::common::redis::cluster().nodes().join(",");
+    let mut command = tollgate();
+    command
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .args(["--grpc-addr", &format!("127.0.0.1:{}", ports[0])])
+        .args(["--http-addr", &format!("127.0.0.1:{}", ports[1])])
+        .args(["--redis-cluster", &nodes])
+        .args(["--key-prefix", prefix])
+        .args(["--redis-timeout-ms", &REDIS_TIMEOUT_MS.to_string()]);
+    let mut server = Server::spawn(command);
+    let record = PidRecord::new(server.child.id(), env!("CARGO_BIN_EXE_tollgate"));
+    server.wait_until_serving(ports[0]);
+    Tollgate {
+        server,
+        grpc: ports[0],
+        _record: record,
+    }
+}
+
+impl Tollgate {
+    /// Whether `tenant` holds every slot of the concurrency limit, asked of tollgate
+    /// directly as a check (descriptor hits_addend 0: takes no slot), so waiting for
+    /// requests to be in flight does not itself race them for a slot.
+    pub fn slots_full(&self, tenant: &str) -> bool {
+        self.check_slots(tenant).0
+    }
+
+    /// How many of the tenant's slots are free, asked as a check as above.
+    pub fn free_slots(&self, tenant: &str) -> u32 {
+        self.check_slots(tenant).1
+    }
+
+    /// (over the limit, slots free) for `tenant`, as a check takes no slot.
+    fn check_slots(&self, tenant: &str) -> (bool, u32) {
+        let mut check = crate::common::server::descriptor(&[("tenant", tenant)]);
+        check.hits_addend = Some(0);
+        let request = crate::common::server::request("concurrency", vec![check]);
+        let url = format!("http://127.0.0.1:{}", self.grpc);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let mut client = tollgate::proto::RateLimitServiceClient::connect(url)
+                .await
+                .expect("connect to tollgate");
+            let answer = client
+                .should_rate_limit(request)
+                .await
+                .expect("an answer")
+                .into_inner();
+            let over =
+                answer.overall_code == tollgate::proto::rate_limit_response::Code::OverLimit as i32;
+            (
+                over,
+                answer.statuses.first().map_or(0, |s| s.limit_remaining),
+            )
+        })
+    }
+}
+
+/// Envoy's ports.
+pub struct EnvoyPorts {
+    pub listener: u16,
+    pub admin: u16,
+}
+
+/// `deploy/budgets/envoy.yaml` on loopback: the `tollgate` cluster at `rls`, the
+/// `upstream` cluster at `upstream`; `edit` may change the rest (a test's extra
+/// route).
+pub fn render(
+    ports: &EnvoyPorts,
+    rls: u16,
+    upstream: u16,
+    edit: impl FnOnce(&mut Value),
+) -> String {
+    let mut config = load_yaml(&root().join("deploy/budgets/envoy.yaml"));
+    let address = |port: u16| json!({ "address": "127.0.0.1", "port_value": port });
+    config["admin"]["address"]["socket_address"] = address(ports.admin);
+    config["static_resources"]["listeners"][0]["address"]["socket_address"] =
+        address(ports.listener);
+    for cluster in config["static_resources"]["clusters"]
+        .as_array_mut()
+        .expect("clusters")
+    {
+        let port = match cluster["name"].as_str() {
+            Some("tollgate") => rls,
+            Some("upstream") => upstream,
+            other => panic!("unexpected cluster {other:?}"),
+        };
+        cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] =
+            json!([{ "endpoint": { "address": { "socket_address": address(port) } } }]);
+    }
+    edit(&mut config);
+    serde_json::to_string_pretty(&config).expect("JSON")
+}
+
+/// Envoy on `config` (from [`render`]), ready.
+pub fn envoy(dir: &Path, name: &str, config: &str, admin: u16) -> Guarded {
+    let binary = crate::stack::envoy_binary();
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, config).expect("write envoy config");
+    let mut command = Command::new(&binary);
+    command
+        .arg("-c")
+        .arg(&path)
+        .args(["--disable-hot-restart", "--concurrency", "2"])
+        .args(["--log-level", "warning"]);
+    let mut process = Guarded::spawn(name, dir, &binary.to_string_lossy(), command);
+    wait_http(&mut process, loopback(admin), "/ready");
+    process
+}
+
+/// Fresh ports for an Envoy.
+pub fn envoy_ports() -> EnvoyPorts {
+    let ports = free_ports(2);
+    EnvoyPorts {
+        listener: ports[0],
+        admin: ports[1],
+    }
+}
+
+/// A request of tenant `tenant` to `path`, with the upstream's cost and delay.
+pub fn call(path: &str, tenant: &str, cost: u64, sleep_ms: u64) -> http::Request {
+    http::Request::get(path)
+        .header("x-tenant", tenant)
+        .header("x-cost", &cost.to_string())
+        .header("x-sleep-ms", &sleep_ms.to_string())
+}
+
+/// Waits until `done` holds, for at most `within`; false if it never did.
+pub fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+}

@@ -1,0 +1,568 @@
+//! `time_zone` calendar periods on both stores, with an injected clock: the memory
+//! store (the Rust models on a manual clock) and the batch script on a real Redis (the
+//! time passed as the script's injected clock, the periods as tollgate sends them).
+//! Around month ends, a leap day and daylight-saving changes in Europe/Berlin,
+//! America/New_York, Australia/Sydney, Asia/Kolkata and UTC: the two stores agree on
+//! every decision (a differential of their own, from instants chosen near the
+//! boundaries; limits, charges and releases), and the reset they report is the real
+//! end of the period. The limiter
+//! reads the same config key end to end (`Limiter` over a memory store).
+
+use crate::common;
+use crate::differential::loaded_connection;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::NaiveDateTime;
+use common::server::{config, descriptor, request};
+use tollgate::algorithm::calendar::{Calendar, CalendarUnit};
+use tollgate::algorithm::{Algorithm, Decision, Mode, Params};
+use tollgate::clock::{Clock, ManualClock};
+use tollgate::limiter::{Limiter, LimiterOptions};
+use tollgate::proto::rate_limit_response::Code;
+use tollgate::store::memory::MemoryStore;
+use tollgate::store::redis::scripts::{self, Segment, WireOp};
+use tollgate::store::{CounterKey, CounterOp};
+
+const ZONES: [&str; 5] = [
+    "Europe/Berlin",
+    "America/New_York",
+    "Australia/Sydney",
+    "Asia/Kolkata",
+    "UTC",
+];
+
+/// Milliseconds of a UTC time written `2024-03-31T01:00:00`.
+fn utc(text: &str) -> u64 {
+    let t = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S").expect("a UTC time");
+    t.and_utc().timestamp_millis() as u64
+}
+
+/// Instants near the boundaries that matter: the 2024 and 2025 daylight-saving
+/// changes of the zones above (UTC), month ends, the 2024 leap day, year ends.
+const EDGES: [&str; 16] = [
+    "2024-03-31T00:59:00", // Berlin springs forward at 01:00 UTC
+    "2024-10-27T00:30:00", // Berlin falls back at 01:00 UTC
+    "2024-03-10T06:59:00", // New York springs forward at 07:00 UTC
+    "2024-11-03T05:50:00", // New York falls back at 06:00 UTC
+    "2024-04-06T15:55:00", // Sydney falls back at 16:00 UTC
+    "2024-10-05T15:58:00", // Sydney springs forward at 16:00 UTC
+    "2024-02-29T18:29:00", // Kolkata's 1 March starts at 18:30 UTC
+    "2024-02-29T23:59:00", // the leap day's end in UTC
+    "2024-02-28T23:58:00", // the leap day's start in UTC
+    "2024-03-31T21:59:00", // Berlin's April starts at 22:00 UTC
+    "2024-04-30T13:59:00", // Sydney's May starts at 14:00 UTC
+    "2024-12-31T22:59:00", // Berlin's 2025 starts at 23:00 UTC
+    "2024-12-31T23:59:00", // UTC's 2025
+    "2025-03-30T00:59:00", // Berlin springs forward in 2025
+    "2025-11-02T05:59:00", // New York falls back in 2025
+    "2025-02-28T23:59:00", // a February without a leap day
+];
+
+fn calendar(zone: &str, unit: CalendarUnit, every: u32) -> Calendar {
+    Calendar {
+        zone: zone.parse().expect("a zone"),
+        unit,
+        every,
+    }
+}
+
+fn nominal_secs(unit: CalendarUnit) -> u64 {
+    match unit {
+        CalendarUnit::Day => 86_400,
+        CalendarUnit::Week => 7 * 86_400,
+        CalendarUnit::Month => 30 * 86_400,
+        CalendarUnit::Year => 365 * 86_400,
+    }
+}
+
+fn op(algorithm: Algorithm, rule: &str, limit: u64, cal: Calendar, cost: u64) -> CounterOp {
+    op_in(Mode::Limit, algorithm, rule, limit, cal, cost)
+}
+
+fn op_in(
+    mode: Mode,
+    algorithm: Algorithm,
+    rule: &str,
+    limit: u64,
+    cal: Calendar,
+    cost: u64,
+) -> CounterOp {
+    let window_secs = nominal_secs(cal.unit) * u64::from(cal.every);
+    CounterOp {
+        key: CounterKey {
+            domain: Arc::from("calendar"),
+            rule: Arc::from(rule),
+            entries: Default::default(),
+            algorithm,
+            window_secs,
+            time_zone: Some(cal.zone),
+            hash_tag: None,
+        },
+        params: Params {
+            algorithm,
+            limit,
+            window_ms: window_secs * 1000,
+            burst: limit,
+            max_delay_ms: None,
+            calendar: Some(cal),
+        },
+        cost,
+        vetoes: mode != Mode::Release,
+        mode,
+    }
+}
+
+/// One request of `ops` decided by the batch script at the injected `now`.
+async fn lua(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    ops: &[CounterOp],
+    now: u64,
+) -> Vec<Decision> {
+    let keys: Vec<String> = ops
+        .iter()
+        .map(|o| format!("{prefix}{}", o.key.rule))
+        .collect();
+    let wire: Vec<WireOp> = ops.iter().map(WireOp::new).collect();
+    let segments = [Segment {
+        keys: &keys,
+        ops: &wire,
+        dry_run: false,
+    }];
+    let reply: Vec<u8> = scripts::batch_cmd(&segments, Some(now))
+        .query_async(conn)
+        .await
+        .expect("batch script runs");
+    scripts::parse_batch_reply(&reply, ops.len())
+        .expect("well-formed reply")
+        .into_iter()
+        .map(|r| r.decision)
+        .collect()
+}
+
+/// SplitMix64, as in differential.rs: a failure names the seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n.max(1)
+    }
+}
+
+/// Both stores decide the same random requests from instants near every edge, in
+/// every zone, for both algorithms that take a time_zone: zero disagreements.
+#[tokio::test]
+async fn both_stores_agree_across_month_ends_leap_days_and_dst_changes() {
+    let redis = common::redis::standalone();
+    let mut conn = loaded_connection(redis).await;
+    let prefix = common::redis::unique_prefix("calendar_differential");
+    let units = [
+        (CalendarUnit::Day, 1),
+        (CalendarUnit::Day, 2),
+        (CalendarUnit::Week, 1),
+        (CalendarUnit::Month, 1),
+        (CalendarUnit::Month, 3),
+        (CalendarUnit::Year, 1),
+    ];
+    let mut rng = Rng(25);
+    let mut disagreements = Vec::new();
+    let mut decided = 0;
+    let mut round = 0;
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        for edge in EDGES {
+            for zone in ZONES {
+                let (unit, every) = units[rng.below(units.len() as u64) as usize];
+                let cal = calendar(zone, unit, every);
+                let limit = [1, 3, 7][rng.below(3) as usize];
+                let start = utc(edge) - rng.below(120_000);
+                let clock = Arc::new(ManualClock::new(start));
+                let model = MemoryStore::with_clock(clock.clone());
+                let rules = [0, 1].map(|i| format!("r{round}c{i}"));
+                round += 1;
+                let mut now = start;
+                for _ in 0..40 {
+                    // Mostly seconds to minutes, so the edge itself is crossed, now
+                    // and then hours or a day (into the period after).
+                    now += match rng.below(10) {
+                        0..=5 => rng.below(20_000),
+                        6..=8 => rng.below(600_000),
+                        _ => rng.below(2 * 86_400_000),
+                    };
+                    clock.set_millis(now);
+                    let cost = [0, 1, 1, 1, 2, limit + 1][rng.below(6) as usize];
+                    let rule = &rules[rng.below(2) as usize];
+                    // Now and then a charge (a budget's overdraft, upstream's quota)
+                    // or a release, which count in the same periods.
+                    let mode = [Mode::Overdraft, Mode::Quota, Mode::Release]
+                        .get(rng.below(8) as usize)
+                        .copied()
+                        .unwrap_or(Mode::Limit);
+                    let ops = [op_in(mode, algorithm, rule, limit, cal, cost)];
+                    let expected = model.decide_now(&ops);
+                    let got = lua(&mut conn, &prefix, &ops, now).await;
+                    decided += 1;
+                    if got != expected && disagreements.len() < 5 {
+                        disagreements.push(format!(
+                            "{} {zone} {unit:?}x{every} at {now} {mode:?} {cost}: model {expected:?} lua {got:?}",
+                            algorithm.name()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(decided >= 6_000, "{decided} decisions");
+    assert!(
+        disagreements.is_empty(),
+        "disagreed:\n{}",
+        disagreements.join("\n")
+    );
+}
+
+/// The store under test: decides one operation at an instant.
+enum Under {
+    Memory(Arc<ManualClock>, MemoryStore),
+    Redis(redis::aio::MultiplexedConnection, String),
+}
+
+impl Under {
+    async fn decide(&mut self, op: &CounterOp, now: u64) -> Decision {
+        match self {
+            Under::Memory(clock, store) => {
+                clock.set_millis(now);
+                store.decide_now(std::slice::from_ref(op))[0]
+            }
+            Under::Redis(conn, prefix) => lua(conn, prefix, std::slice::from_ref(op), now).await[0],
+        }
+    }
+}
+
+async fn both_stores(test: &str) -> [Under; 2] {
+    let clock = Arc::new(ManualClock::new(0));
+    let memory = MemoryStore::with_clock(clock.clone());
+    let conn = loaded_connection(common::redis::standalone()).await;
+    [
+        Under::Memory(clock, memory),
+        Under::Redis(conn, common::redis::unique_prefix(test)),
+    ]
+}
+
+/// A month of 3 in Berlin: the last second of March (CEST) is still March, its reset
+/// is the one second to 1 April 00:00 Berlin, and April starts empty; the April after
+/// it (30 days, all CEST) reports its real end too. Without a time_zone the same
+/// limit's windows would be upstream's 30 days from the epoch.
+#[tokio::test]
+async fn a_berlin_month_ends_at_local_midnight_on_both_stores() {
+    let berlin = calendar("Europe/Berlin", CalendarUnit::Month, 1);
+    for mut store in both_stores("calendar_berlin_month").await {
+        for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+            let name = format!("berlin_{}", algorithm.name());
+            let one = op(algorithm, &name, 3, berlin, 1);
+            let last_second = utc("2024-03-31T21:59:59");
+            for left in [2, 1, 0] {
+                let d = store.decide(&one, last_second).await;
+                assert!(d.allowed);
+                assert_eq!(d.remaining, left);
+                assert_eq!(d.reset_after, Duration::from_secs(1), "{name}");
+            }
+            let d = store.decide(&one, last_second + 500).await;
+            assert!(!d.allowed, "{name}: the fourth in March is denied");
+            let april = utc("2024-03-31T22:00:00");
+            if algorithm == Algorithm::FixedWindow {
+                assert_eq!(d.retry_after, Some(Duration::from_secs(1)));
+                let d = store.decide(&one, april).await;
+                assert!(d.allowed, "{name}: April starts at Berlin midnight");
+                assert_eq!(d.remaining, 2);
+            }
+            // April: 30 days to 1 May 00:00 CEST (22:00 UTC). (The sliding window
+            // still weighs March's 3 at its full weight: denied, but in April.)
+            let d = store.decide(&one, april).await;
+            assert_eq!(d.reset_after, Duration::from_secs(30 * 86_400), "{name}");
+        }
+    }
+}
+
+/// Days across daylight-saving changes: New York's 3 November 2024 is 25 hours,
+/// Berlin's 31 March 2024 23 hours, Sydney's 7 April 2024 25; a Kolkata day ends at
+/// 18:30 UTC and a UTC year on 31 December.
+#[tokio::test]
+async fn days_and_years_have_their_real_lengths_on_both_stores() {
+    let cases = [
+        (
+            "America/New_York",
+            CalendarUnit::Day,
+            "2024-11-03T04:00:00",
+            25 * 3600,
+        ),
+        (
+            "Europe/Berlin",
+            CalendarUnit::Day,
+            "2024-03-30T23:00:00",
+            23 * 3600,
+        ),
+        (
+            "Australia/Sydney",
+            CalendarUnit::Day,
+            "2024-04-06T13:00:00",
+            25 * 3600,
+        ),
+        (
+            "Asia/Kolkata",
+            CalendarUnit::Day,
+            "2024-02-29T18:30:00",
+            24 * 3600,
+        ),
+        (
+            "UTC",
+            CalendarUnit::Year,
+            "2024-01-01T00:00:00",
+            366 * 86_400,
+        ),
+        (
+            "Europe/Berlin",
+            CalendarUnit::Week,
+            "2024-10-20T22:00:00",
+            7 * 86_400 + 3600,
+        ),
+    ];
+    for mut store in both_stores("calendar_lengths").await {
+        for (i, (zone, unit, start, secs)) in cases.into_iter().enumerate() {
+            let cal = calendar(zone, unit, 1);
+            for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+                let one = op(
+                    algorithm,
+                    &format!("len{i}_{}", algorithm.name()),
+                    5,
+                    cal,
+                    1,
+                );
+                let d = store.decide(&one, utc(start)).await;
+                assert!(d.allowed);
+                assert_eq!(
+                    d.reset_after,
+                    Duration::from_secs(secs),
+                    "{zone} {unit:?} {}",
+                    algorithm.name()
+                );
+                // One second before the end, the same period, one second left.
+                let d = store.decide(&one, utc(start) + secs * 1000 - 1000).await;
+                assert_eq!(d.remaining, 3, "{zone} {unit:?}: still the same period");
+                assert_eq!(d.reset_after, Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// The period is Redis's even when tollgate's clock (which chose the periods sent)
+/// is up to a period away: the script picks among the neighbours.
+#[tokio::test]
+async fn redis_picks_its_own_period_among_those_sent() {
+    let mut conn = loaded_connection(common::redis::standalone()).await;
+    let prefix = common::redis::unique_prefix("calendar_skew");
+    let cal = calendar("Europe/Berlin", CalendarUnit::Day, 1);
+    let one = op(Algorithm::FixedWindow, "skew", 5, cal, 1);
+    let wire = [WireOp::new(&one)];
+    let keys = [format!("{prefix}skew")];
+    let redis_now = utc("2024-03-31T21:59:30"); // 23:59:30 Berlin, 31 March
+    for tollgate_now in [
+        redis_now - 20 * 3_600_000,
+        redis_now,
+        redis_now + 3_600_000,
+        redis_now + 20 * 3_600_000,
+    ] {
+        let segments = [Segment {
+            keys: &keys,
+            ops: &wire,
+            dry_run: false,
+        }];
+        let cmd = scripts::batch_cmd_around(&segments, redis_now, tollgate_now);
+        let reply: Vec<u8> = cmd.query_async(&mut conn).await.expect("runs");
+        let d = scripts::parse_batch_reply(&reply, 1).expect("reply")[0].decision;
+        assert!(d.allowed);
+        assert_eq!(
+            d.reset_after,
+            Duration::from_secs(30),
+            "tollgate at {tollgate_now}, Redis at {redis_now}"
+        );
+    }
+}
+
+/// Clocks more than a period apart: the call fails, naming Redis's clock, having
+/// written nothing; tollgate learns the difference (`scripts::evalsha`) and the next
+/// call's periods are Redis's.
+#[tokio::test]
+async fn a_clock_beyond_the_periods_sent_fails_once_and_is_learned() {
+    let mut conn = loaded_connection(common::redis::standalone()).await;
+    let prefix = common::redis::unique_prefix("calendar_far");
+    let cal = calendar("America/New_York", CalendarUnit::Day, 1);
+    let one = op(Algorithm::SlidingWindow, "far", 5, cal, 1);
+    let wire = [WireOp::new(&one)];
+    let keys = [format!("{prefix}far")];
+    let segments = [Segment {
+        keys: &keys,
+        ops: &wire,
+        dry_run: false,
+    }];
+    // 23:59:00 in New York on 3 November 2024 (the 25-hour day), tollgate 5 days behind.
+    let redis_now = utc("2024-11-04T04:59:00");
+    let cmd = scripts::batch_cmd_around(&segments, redis_now, redis_now - 5 * 86_400_000);
+    let failed: Result<Vec<u8>, _> = scripts::evalsha(&mut conn, &cmd, &scripts::BATCH).await;
+    let error = failed
+        .expect_err("periods that miss Redis's clock")
+        .to_string();
+    assert!(
+        error.contains(&format!("calendar clock {redis_now}")),
+        "{error}"
+    );
+    let written: bool = redis::cmd("EXISTS")
+        .arg(&keys[0])
+        .query_async(&mut conn)
+        .await
+        .expect("EXISTS");
+    assert!(!written, "a failed call writes nothing");
+    let learned = scripts::redis_clock_estimate();
+    assert!(
+        learned.abs_diff(redis_now) < 60_000,
+        "learned {learned}, Redis {redis_now}"
+    );
+    let cmd = scripts::batch_cmd_around(&segments, redis_now, learned);
+    let reply: Vec<u8> = scripts::evalsha(&mut conn, &cmd, &scripts::BATCH)
+        .await
+        .expect("the periods around Redis's clock");
+    let d = scripts::parse_batch_reply(&reply, 1).expect("reply")[0].decision;
+    assert!(d.allowed);
+    assert_eq!(d.reset_after, Duration::from_secs(60));
+    // Back to this host's clock for whatever runs next in this process.
+    scripts::learn_redis_clock(tollgate::clock::SystemClock.now_millis());
+}
+
+/// The config key end to end: `time_zone` on a rate_limit makes the limiter report
+/// the real end of the month (memory store, manual clock).
+#[tokio::test]
+async fn the_limiter_reports_the_end_of_the_calendar_month() {
+    let yaml = "domain: c
+descriptors:
+  - key: tenant
+    rate_limit:
+      unit: month
+      requests_per_unit: 2
+      time_zone: America/New_York
+";
+    let clock = Arc::new(ManualClock::new(utc("2024-02-29T12:00:00")));
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let limiter = Limiter::new(config(yaml), store, LimiterOptions::default());
+    let ask = || request("c", vec![descriptor(&[("tenant", "a")])]);
+    let response = limiter.should_rate_limit(&ask()).await.expect("answer");
+    let status = &response.statuses[0];
+    assert_eq!(status.code, Code::Ok as i32);
+    // 1 March 00:00 EST is 05:00 UTC: 17 hours after noon UTC on the leap day.
+    let reset = status.duration_until_reset.expect("a reset");
+    assert_eq!(reset.seconds, 17 * 3600);
+    let _ = limiter.should_rate_limit(&ask()).await.expect("answer");
+    clock.set_millis(utc("2024-03-01T04:59:59"));
+    let response = limiter.should_rate_limit(&ask()).await.expect("answer");
+    assert_eq!(
+        response.overall_code,
+        Code::OverLimit as i32,
+        "still February"
+    );
+    clock.set_millis(utc("2024-03-01T05:00:00"));
+    let response = limiter.should_rate_limit(&ask()).await.expect("answer");
+    assert_eq!(response.overall_code, Code::Ok as i32, "March in New York");
+}
+
+/// `time_zone` is refused at load, with file, line and field, where it would mean
+/// nothing: an unknown zone, a unit that is no calendar period, an algorithm without
+/// periods.
+#[test]
+fn time_zone_is_refused_where_it_means_nothing() {
+    let cases = [
+        (
+            "unit: month, requests_per_unit: 1, time_zone: Europe/Berln",
+            "unknown time zone 'Europe/Berln'",
+        ),
+        (
+            "unit: hour, requests_per_unit: 1, time_zone: Asia/Kolkata",
+            "only day, week, month and year are calendar periods, not hour",
+        ),
+        (
+            "unit: day, requests_per_unit: 1, time_zone: UTC, algorithm: token_bucket",
+            "only fixed_window and sliding_window count in calendar periods, not token_bucket",
+        ),
+        (
+            "unit: day, requests_per_unit: 1, time_zone: UTC, algorithm: sliding_log",
+            "not sliding_log",
+        ),
+    ];
+    for (limit, needle) in cases {
+        let yaml = format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{{limit}}}\n");
+        let errors =
+            match tollgate::config::load_sources(&[(std::path::Path::new("t.yaml"), &yaml)]) {
+                Ok(_) => panic!("{limit} loaded"),
+                Err(errors) => errors.0.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            };
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].starts_with("t.yaml:4: "), "{}", errors[0]);
+        assert!(
+            errors[0].contains("rate_limit.time_zone: "),
+            "{}",
+            errors[0]
+        );
+        assert!(
+            errors[0].contains(needle),
+            "'{}' lacks '{needle}'",
+            errors[0]
+        );
+    }
+    // Any IANA zone, or UTC, on the units that are periods.
+    for zone in ZONES
+        .into_iter()
+        .chain(["America/Santiago", "Pacific/Chatham"])
+    {
+        let yaml = format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: week, requests_per_unit: 1, time_zone: {zone}, algorithm: sliding_window}}\n"
+        );
+        tollgate::config::load_sources(&[(std::path::Path::new("t.yaml"), &yaml)])
+            .unwrap_or_else(|e| panic!("{zone}: {e:?}"));
+    }
+}
+
+/// Over xDS the key is `tollgate.time_zone` in the descriptor's metadata, moved into
+/// its `rate_limit` as the YAML has it.
+#[test]
+fn time_zone_arrives_over_xds_as_tollgate_metadata() {
+    use prost_types::{Struct, Value, value::Kind};
+    use tollgate::proto::ratelimit::config::ratelimit::v3::{
+        RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
+    };
+    let zone = Value {
+        kind: Some(Kind::StringValue("Asia/Kolkata".into())),
+    };
+    let resource = RateLimitConfig {
+        name: "billing".into(),
+        domain: "billing".into(),
+        descriptors: vec![RateLimitDescriptor {
+            key: "tenant".into(),
+            rate_limit: Some(RateLimitPolicy {
+                unit: RateLimitUnit::Day as i32,
+                requests_per_unit: 100,
+                ..Default::default()
+            }),
+            metadata: Some(Struct {
+                fields: [("tollgate.time_zone".to_owned(), zone)].into(),
+            }),
+            ..Default::default()
+        }],
+    };
+    let yaml = tollgate::xds::translate::to_yaml(&resource).expect("translates");
+    assert_eq!(
+        yaml["descriptors"][0]["rate_limit"]["time_zone"], "Asia/Kolkata",
+        "{yaml}"
+    );
+}
