@@ -114,6 +114,8 @@ impl Model for Concurrency {
     const MAX_LIMIT: Option<u64> = None;
     const ALLOWS_ZERO_RATE: bool = false;
     const TAKES_MAX_DELAY: bool = false;
+    const TAKES_TIME_ZONE: bool = false;
+    const TAKES_LEASE: bool = true;
     const LAYOUT: Layout = Layout::Hash;
     const CHARGE_REFUSAL: Option<&'static str> = Some(
         "concurrency already counts every acquisition, admitted or not, until its \

@@ -79,6 +79,7 @@ impl Model for FixedWindow {
     const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::Value;
     const TAKES_TIME_ZONE: bool = true;
+    const TAKES_LEASE: bool = false;
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = false;

@@ -56,6 +56,8 @@ impl Model for LeakyBucket {
     const MAX_LIMIT: Option<u64> = None;
     const ALLOWS_ZERO_RATE: bool = false;
     const TAKES_MAX_DELAY: bool = true;
+    const TAKES_TIME_ZONE: bool = false;
+    const TAKES_LEASE: bool = false;
     const LAYOUT: Layout = Layout::Value;
     const CHARGE_REFUSAL: Option<&'static str> = Some(
         "leaky_bucket shapes: an admitted request waits for its slot in the queue, and a \

@@ -18,7 +18,8 @@
 //!    enum variant implementing [`Model`] (`NAME = "<name>"`, the name configs use;
 //!    `KEY_NAME`, a new short name for its Redis keys;
 //!    `LUA = include_str!("../../lua/<name>.lua")`; `USES_BURST`, `MAX_LIMIT`,
-//!    `ALLOWS_ZERO_RATE` and `TAKES_MAX_DELAY`, the config rules it implies; `LAYOUT`, the Redis
+//!    `ALLOWS_ZERO_RATE`, `TAKES_MAX_DELAY`, `TAKES_TIME_ZONE` and `TAKES_LEASE`, the
+//!    config rules it implies; `LAYOUT`, the Redis
 //!    type its Lua twin keeps a counter in, and `describe`, that stored value in
 //!    words for `tollgate inspect`; `heap_bytes`, what its state owns on the heap, so
 //!    the memory store weighs it right; `CHARGE_REFUSAL`, why `overdraft` and
@@ -56,6 +57,10 @@ pub use self::stored::{Layout, Stored};
 
 use std::time::Duration;
 
+/// A lease's length when a rule that takes one names none: longer than most requests
+/// are slow, short enough that a crashed proxy's slots come back within minutes.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
+
 /// What one algorithm is: its names, its Lua twin and its arithmetic. Implemented by a
 /// unit struct in each algorithm's module; nothing calls it but the code the
 /// `algorithms!` list generates, so a model is plain functions plus this registration.
@@ -83,7 +88,10 @@ pub trait Model {
     const LAYOUT: Layout;
     /// Whether it counts in periods, so `time_zone` can make them calendar periods
     /// ([`Params::calendar`]); a bucket has a rate, not a period.
-    const TAKES_TIME_ZONE: bool = false;
+    const TAKES_TIME_ZONE: bool;
+    /// Whether its window is a lease (`rate_limit.lease`, default [`DEFAULT_LEASE`]):
+    /// how long an acquisition counts unless released first.
+    const TAKES_LEASE: bool;
     /// Why a charge ([`Mode::Overdraft`], [`Mode::Quota`]) makes no sense for it, as
     /// the config error says; `None`: [`Model::charge`] is defined.
     const CHARGE_REFUSAL: Option<&'static str>;
@@ -205,6 +213,13 @@ macro_rules! algorithms {
             pub fn takes_time_zone(self) -> bool {
                 match self {
                     $(Algorithm::$variant => <$module::$variant as Model>::TAKES_TIME_ZONE,)+
+                }
+            }
+
+            /// Whether `lease` means something ([`Model::TAKES_LEASE`]).
+            pub fn takes_lease(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::TAKES_LEASE,)+
                 }
             }
 

@@ -63,6 +63,8 @@ impl Model for SlidingLog {
     const MAX_LIMIT: Option<u64> = Some(MAX_LIMIT);
     const ALLOWS_ZERO_RATE: bool = false;
     const TAKES_MAX_DELAY: bool = false;
+    const TAKES_TIME_ZONE: bool = false;
+    const TAKES_LEASE: bool = false;
     const LAYOUT: Layout = Layout::SortedSet;
     const CHARGE_REFUSAL: Option<&'static str> = Some(
         "sliding_log keeps one sorted-set entry per hit, so a charge past the limit \

@@ -127,6 +127,7 @@ impl Model for SlidingWindow {
     const TAKES_MAX_DELAY: bool = false;
     const LAYOUT: Layout = Layout::Hash;
     const TAKES_TIME_ZONE: bool = true;
+    const TAKES_LEASE: bool = false;
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = false;

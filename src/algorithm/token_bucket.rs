@@ -61,6 +61,8 @@ impl Model for TokenBucket {
     const MAX_LIMIT: Option<u64> = None;
     const ALLOWS_ZERO_RATE: bool = false;
     const TAKES_MAX_DELAY: bool = false;
+    const TAKES_TIME_ZONE: bool = false;
+    const TAKES_LEASE: bool = false;
     const LAYOUT: Layout = Layout::Hash;
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;

@@ -48,6 +48,7 @@ static RATE_LIMIT: Shape = Shape::Map(&[
     ("burst", &U32),
     ("leaky_bucket", &LEAKY_BUCKET),
     ("time_zone", &TEXT),
+    ("lease", &TEXT),
 ]);
 static RATE_LIMITS: Shape = Shape::List(&RATE_LIMIT);
 static DESCRIPTORS: Shape = Shape::List(&DESCRIPTOR);

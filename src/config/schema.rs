@@ -87,6 +87,9 @@ pub struct RateLimitYaml {
     /// tollgate extension: an IANA zone (or UTC) whose calendar days, weeks, months
     /// and years the windows follow.
     pub time_zone: Option<Spanned<String>>,
+    /// tollgate extension: how long an acquisition of a concurrency rule counts
+    /// unless released first (a duration such as `90s` or `5m`).
+    pub lease: Option<Spanned<String>>,
 }
 
 /// Options of the leaky-bucket shaper.

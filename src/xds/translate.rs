@@ -151,6 +151,11 @@ fn descriptor(
     match &d.rate_limit {
         Some(policy) => {
             let mut limit = rate_limit(policy);
+            // A policy always names a unit, but a lease is the window of a rule that
+            // takes one: `tollgate.lease` replaces it (the YAML allows one or the other).
+            if rate_limit_extras.contains_key("lease") {
+                limit.remove("unit");
+            }
             limit.extend(rate_limit_extras);
             out.insert("rate_limit".into(), Json::Object(limit));
         }

@@ -282,3 +282,32 @@ descriptors:
     // Rules compare every field, `overdraft` among them.
     assert_eq!(served, expected);
 }
+
+/// `tollgate.lease` (issue 25) is a concurrency rule's `lease`: over xDS the policy's
+/// unit is always there, so the lease replaces it as the window.
+#[test]
+fn tollgate_lease_reaches_the_rate_limit() {
+    let resource = RateLimitConfig {
+        name: "r".into(),
+        domain: "d".into(),
+        descriptors: vec![RateLimitDescriptor {
+            metadata: Some(strings(&[
+                (
+                    "tollgate.algorithm",
+                    Kind::StringValue("concurrency".into()),
+                ),
+                ("tollgate.lease", Kind::StringValue("90s".into())),
+            ])),
+            ..leaf("backend", "", policy(RateLimitUnit::Second, 8))
+        }],
+    };
+    let served = compile(&[any(&resource)]);
+    let expected = yaml(
+        "domain: d
+descriptors:
+  - key: backend
+    rate_limit: {algorithm: concurrency, requests_per_unit: 8, lease: 90s}
+",
+    );
+    assert_eq!(served.map_err(|e| e.to_string()), Ok(expected));
+}

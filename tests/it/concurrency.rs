@@ -142,3 +142,49 @@ fn overdraft_is_refused_on_a_concurrency_rule() {
         "{errors}"
     );
 }
+
+/// The window of a concurrency rule, as the config compiles it.
+fn lease_of(rate_limit: &str) -> Result<std::time::Duration, String> {
+    let yaml =
+        format!("domain: inflight\ndescriptors:\n  - key: backend\n    rate_limit: {rate_limit}\n");
+    let config = tollgate::config::load_sources(&[(std::path::Path::new("c.yaml"), yaml.as_str())])
+        .map_err(|e| e.to_string())?;
+    let domain = config.domain("inflight").expect("the domain");
+    let tollgate::config::RuleKind::Limited(limits) = &domain.rules[0].kind else {
+        panic!("a limited rule");
+    };
+    Ok(std::time::Duration::from_secs(limits[0].window_secs()))
+}
+
+/// `lease` is a concurrency rule's window: a duration, five minutes when none is
+/// given, `unit` x `unit_multiplier` still accepted; a lease on any other algorithm,
+/// a lease beside a unit, or a lease that is not whole seconds is one clear error.
+#[test]
+fn the_lease_is_the_window_five_minutes_unless_given() {
+    let secs = std::time::Duration::from_secs;
+    let c = "algorithm: concurrency, requests_per_unit: 8";
+    assert_eq!(lease_of(&format!("{{{c}}}")), Ok(secs(300)));
+    assert_eq!(lease_of(&format!("{{{c}, lease: 90s}}")), Ok(secs(90)));
+    assert_eq!(lease_of(&format!("{{{c}, lease: 2m}}")), Ok(secs(120)));
+    assert_eq!(
+        lease_of(&format!("{{{c}, unit: minute, unit_multiplier: 5}}")),
+        Ok(secs(300))
+    );
+    for (rate_limit, needle) in [
+        (
+            format!("{{{c}, lease: 90s, unit: minute}}"),
+            "c.yaml:4: descriptor 'backend': rate_limit.lease: the lease is a concurrency rule's window: give a lease or a unit, not both",
+        ),
+        (
+            format!("{{{c}, lease: 1500ms}}"),
+            "rate_limit.lease: '1500ms' is not a whole number of seconds",
+        ),
+        (
+            "{unit: minute, requests_per_unit: 8, lease: 90s}".to_string(),
+            "rate_limit.lease: only concurrency take a lease",
+        ),
+    ] {
+        let error = lease_of(&rate_limit).expect_err("refused");
+        assert!(error.contains(needle), "{rate_limit}: {error}");
+    }
+}

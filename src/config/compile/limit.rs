@@ -1,13 +1,13 @@
 //! Validation of one `rate_limit` mapping (in `rate_limit:` or an entry of
 //! `rate_limits:`) into a [`Limit`]: envoyproxy/ratelimit's rules for unit, unlimited
-//! and replaces, plus tollgate's algorithm, unit_multiplier, burst, leaky_bucket and
-//! time_zone.
+//! and replaces, plus tollgate's algorithm, unit_multiplier, burst, leaky_bucket,
+//! time_zone and lease.
 
 use std::sync::Arc;
 
 use serde_saphyr::Spanned;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, DEFAULT_LEASE};
 use crate::config::diagnostics::{Report, key_line, parse_duration};
 use crate::config::limit::{Limit, Unit};
 use crate::config::schema::{RateLimitYaml, ReplacesYaml};
@@ -50,7 +50,26 @@ pub fn parse(
             replaces,
         });
     }
-    let (unit, unit_line) = at.unit(rl.unit.as_ref(), line)?;
+    let algorithm = match &rl.algorithm {
+        Some(a) => Some(at.algorithm(a)?),
+        None => None,
+    };
+    // A lease rule's window is its lease, a duration rather than a unit.
+    let (unit, unit_line, lease) = if algorithm.is_some_and(Algorithm::takes_lease) {
+        at.lease(&rl, line)?
+    } else {
+        if let Some(lease) = &rl.lease {
+            at.error(
+                lease.referenced.line(),
+                format!(
+                    "lease: only {} take a lease",
+                    Algorithm::names_where(Algorithm::takes_lease)
+                ),
+            );
+        }
+        let (unit, unit_line) = at.unit(rl.unit.as_ref(), line)?;
+        (unit, unit_line, None)
+    };
     let mut limit = Limit::fixed(rl.requests_per_unit.as_ref().map_or(0, |r| r.value), unit);
     limit.name = rl
         .name
@@ -58,10 +77,13 @@ pub fn parse(
         .map(|n| n.value.clone())
         .filter(|n| !n.is_empty())
         .map(Arc::from);
-    if let Some(a) = &rl.algorithm {
-        limit.algorithm = at.algorithm(a)?;
+    if let Some(algorithm) = algorithm {
+        limit.algorithm = algorithm;
     }
     at.shape(&rl, &mut limit);
+    if let Some(seconds) = lease {
+        limit.unit_multiplier = seconds;
+    }
     if let Some(zone) = &rl.time_zone {
         limit.time_zone = at.time_zone(zone, &limit);
     }
@@ -134,6 +156,42 @@ impl Mapping<'_, '_> {
             ),
         );
         None
+    }
+
+    /// A lease rule's window: `lease` (whole seconds, as the unit `second` times them),
+    /// else `unit` x `unit_multiplier` as any rule's, else [`DEFAULT_LEASE`].
+    fn lease(&mut self, rl: &RateLimitYaml, line: u64) -> Option<(Unit, u64, Option<u32>)> {
+        let Some(lease) = &rl.lease else {
+            if rl.unit.is_some() {
+                let (unit, unit_line) = self.unit(rl.unit.as_ref(), line)?;
+                return Some((unit, unit_line, None));
+            }
+            let seconds = u32::try_from(DEFAULT_LEASE.as_secs()).unwrap_or(u32::MAX);
+            return Some((Unit::Second, line, Some(seconds)));
+        };
+        let at = lease.referenced.line();
+        if rl.unit.is_some() || rl.unit_multiplier.is_some() {
+            self.error(
+                at,
+                "lease: the lease is a concurrency rule's window: give a lease or a unit, not both",
+            );
+        }
+        let seconds = parse_duration(&lease.value)
+            .filter(|d| d.subsec_nanos() == 0 && d.as_secs() >= 1)
+            .and_then(|d| u32::try_from(d.as_secs()).ok());
+        match seconds {
+            Some(seconds) => Some((Unit::Second, at, Some(seconds))),
+            None => {
+                self.error(
+                    at,
+                    format!(
+                        "lease: '{}' is not a whole number of seconds, at least 1 (like 90s, 5m or 1h)",
+                        lease.value
+                    ),
+                );
+                None
+            }
+        }
     }
 
     fn algorithm(&mut self, name: &Spanned<String>) -> Option<Algorithm> {
