@@ -207,7 +207,7 @@ async fn a_fixed_window_stored_as_a_hash_by_an_earlier_release_carries_over() {
     legacy("legacy:refund", today, 5);
     let refund = Refund {
         key: "legacy:refund".to_string(),
-        op: wire[0].clone(),
+        op: wire[0],
         token: i64::try_from(today).expect("a start in range"),
     };
     let _: i64 = scripts::refund_cmd(&[&refund])
