@@ -22,18 +22,15 @@ const BUDGET: u64 = 100_000;
 
 #[test]
 fn a_token_budget_holds_when_the_cost_is_known_only_after_the_response() {
-    let dir = tempfile::Builder::new()
-        .prefix("budgets-tokens-")
-        .tempdir_in(crate::stack::guard::run_dir())
-        .expect("temp dir");
-    let prefix = crate::common::redis::unique_prefix("budgets_tokens");
-    let tollgate = budgets::tollgate_on_limits(&prefix);
-    let (_upstream, upstream_port) = budgets::upstream(dir.path());
-    let ports = budgets::envoy_ports();
-    let config = budgets::render(&ports, tollgate.grpc, upstream_port, |_| {});
-    let envoy = budgets::envoy(dir.path(), "envoy", &config, ports.admin);
-    let listener = SocketAddr::from(([127, 0, 0, 1], ports.listener));
-    let logs = || format!("{}\n{}", envoy.log_tail(30), tollgate.server.log());
+    let stack = budgets::stack("budgets_tokens");
+    let listener = stack.listener;
+    let logs = || {
+        format!(
+            "{}\n{}",
+            stack.envoy_log_tail(30),
+            stack.tollgate.server.log()
+        )
+    };
 
     // Each answer costs 40% of the budget; the request does not say so, the
     // response does. Admitted at 0, 40,000 and 80,000 spent; the third charge
@@ -93,17 +90,8 @@ fn slow(listener: SocketAddr, n: usize, sleep_ms: u64) -> Vec<http::Response> {
 #[test]
 fn c_concurrent_slow_requests_are_admitted_and_the_next_when_one_finishes() {
     let started = Instant::now();
-    let dir = tempfile::Builder::new()
-        .prefix("budgets-concurrency-")
-        .tempdir_in(crate::stack::guard::run_dir())
-        .expect("temp dir");
-    let prefix = crate::common::redis::unique_prefix("budgets_concurrency");
-    let tollgate = budgets::tollgate_on_limits(&prefix);
-    let (_upstream, upstream_port) = budgets::upstream(dir.path());
-    let ports = budgets::envoy_ports();
-    let config = budgets::render(&ports, tollgate.grpc, upstream_port, |_| {});
-    let _envoy = budgets::envoy(dir.path(), "envoy", &config, ports.admin);
-    let listener = SocketAddr::from(([127, 0, 0, 1], ports.listener));
+    let stack = budgets::stack("budgets_concurrency");
+    let (listener, tollgate) = (stack.listener, &stack.tollgate);
     // 3 in flight per tenant (limits/concurrency.yaml); 8 requests of 3 s at once.
     let responses = slow(listener, 8, 3_000);
     let ok = responses.iter().filter(|r| r.status == 200).count();
@@ -142,17 +130,8 @@ fn slots_back_after_a_kill(
     name: &str,
     wait: impl Fn(&budgets::Tollgate, SocketAddr) -> bool,
 ) -> Duration {
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("{name}-"))
-        .tempdir_in(crate::stack::guard::run_dir())
-        .expect("temp dir");
-    let prefix = crate::common::redis::unique_prefix(name);
-    let tollgate = budgets::tollgate_on_limits(&prefix);
-    let (_upstream, upstream_port) = budgets::upstream(dir.path());
-    let ports = budgets::envoy_ports();
-    let config = budgets::render(&ports, tollgate.grpc, upstream_port, |_| {});
-    let envoy = budgets::envoy(dir.path(), "envoy", &config, ports.admin);
-    let listener = SocketAddr::from(([127, 0, 0, 1], ports.listener));
+    let mut stack = budgets::stack(name);
+    let listener = stack.listener;
     // Three requests that would hold their slots for a minute; then Envoy dies (-9):
     // no stream ends, no release is ever sent.
     let held = std::thread::spawn(move || {
@@ -161,18 +140,18 @@ fn slots_back_after_a_kill(
             .collect();
         std::panic::catch_unwind(|| http::send_all(listener, requests)).ok()
     });
-    let acquired = budgets::eventually(Duration::from_secs(10), || tollgate.slots_full("acme"));
+    let acquired = budgets::eventually(Duration::from_secs(10), || {
+        stack.tollgate.slots_full("acme")
+    });
     assert!(acquired, "three slow requests hold the three slots");
     let killed_at = Instant::now();
-    drop(envoy); // SIGKILL (the guard's drop), as kill -9
+    stack.kill_envoy();
     drop(held);
-    let ports = budgets::envoy_ports();
-    let config = budgets::render(&ports, tollgate.grpc, upstream_port, |_| {});
-    let _envoy = budgets::envoy(dir.path(), "envoy2", &config, ports.admin);
-    let listener = SocketAddr::from(([127, 0, 0, 1], ports.listener));
+    let (_envoy, listener) = stack.another_envoy("envoy2");
+    let tollgate = &stack.tollgate;
     let refused = http::send(listener, call("/v1/jobs", "acme", 0, 0));
     assert_eq!(refused.status, 429, "the dead Envoy's slots are still held");
-    let back = budgets::eventually(Duration::from_secs(40), || wait(&tollgate, listener));
+    let back = budgets::eventually(Duration::from_secs(40), || wait(tollgate, listener));
     let after = killed_at.elapsed();
     assert!(back, "the slots never came back ({after:?} after the kill)");
     let admitted = http::send(listener, call("/v1/jobs", "acme", 0, 0));

@@ -218,3 +218,66 @@ pub fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
         std::thread::sleep(POLL);
     }
 }
+
+/// One test's stack on `deploy/budgets/`: tollgate (keys under a prefix named for the
+/// test), the budget upstream, and an Envoy in front, in a run directory of its own.
+/// Fields drop in order: Envoy first, the directory last.
+pub struct Stack {
+    envoy: Option<Guarded>,
+    /// Envoy's listener.
+    pub listener: SocketAddr,
+    pub tollgate: Tollgate,
+    upstream_port: u16,
+    _upstream: Guarded,
+    dir: tempfile::TempDir,
+}
+
+pub fn stack(name: &str) -> Stack {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{name}-"))
+        .tempdir_in(crate::stack::guard::run_dir())
+        .expect("temp dir");
+    let tollgate = tollgate_on_limits(&crate::common::redis::unique_prefix(name));
+    let (upstream, upstream_port) = upstream(dir.path());
+    let (envoy, listener) = another_envoy(&dir, &tollgate, upstream_port, "envoy");
+    Stack {
+        envoy: Some(envoy),
+        listener,
+        tollgate,
+        upstream_port,
+        _upstream: upstream,
+        dir,
+    }
+}
+
+impl Stack {
+    /// The last `lines` of Envoy's log (empty once it was killed).
+    pub fn envoy_log_tail(&self, lines: usize) -> String {
+        self.envoy
+            .as_ref()
+            .map_or_else(String::new, |e| e.log_tail(lines))
+    }
+
+    /// Kills Envoy with SIGKILL (the guard's drop), as `kill -9`.
+    pub fn kill_envoy(&mut self) {
+        self.envoy = None;
+    }
+
+    /// A second Envoy in front of the same tollgate and upstream (the first one
+    /// killed), on fresh ports.
+    pub fn another_envoy(&self, name: &str) -> (Guarded, SocketAddr) {
+        another_envoy(&self.dir, &self.tollgate, self.upstream_port, name)
+    }
+}
+
+fn another_envoy(
+    dir: &tempfile::TempDir,
+    tollgate: &Tollgate,
+    upstream_port: u16,
+    name: &str,
+) -> (Guarded, SocketAddr) {
+    let ports = envoy_ports();
+    let config = render(&ports, tollgate.grpc, upstream_port, |_| {});
+    let envoy = envoy(dir.path(), name, &config, ports.admin);
+    (envoy, loopback(ports.listener))
+}
