@@ -49,12 +49,16 @@
 -- of EVALSHA.
 --
 -- Why the shape: this runs once per decision under load, so its cost per operation is
--- the service's cost in Redis. A counter is read from Redis once per call and its
--- final state written once, at the end (every segment in between works on the state
--- kept here); an operation is one argument, parsed once per call (the operations of one
--- call mostly repeat: same rule, same cost) into the one table they share; an
--- operation allocates nothing but its new state, and the common request of one
--- operation takes a path without tables of its own.
+-- the service's cost in Redis, and on distinct counters that is the cost of its
+-- commands. Two paths:
+--   increment first (a module's `take`, the fixed window's): a limit's hits are
+--     added in Redis at once and taken back on a denial or a veto, one INCRBY per
+--     decision on a counter of this window (a read first made it two);
+--   the general path (every other algorithm, charges, releases, dry runs, runs of a
+--     hot counter): a counter is read once per call and its final state written once,
+--     at the end (every segment in between works on the state kept here).
+-- An operation is one argument, parsed once per call (the operations of one call
+-- mostly repeat: same rule, same cost) into the one table they share.
 
 local KEYS, ARGV, tonumber = KEYS, ARGV, tonumber
 -- The reply and its length (a counter: no `#out` per operation).
@@ -104,8 +108,11 @@ local function parse(text)
     decide, commits = algo.charge, true
     if mode == 1 then need = 1 end
   end
+  -- A limit's hits on a module that can increment first (fixed_window.lua's `take`).
+  local take
+  if mode == 0 and flag ~= MINUS then take = algo.take end
   local p = {
-    algo = algo, decide = decide, limit = limit, window = window, burst = burst,
+    algo = algo, decide = decide, take = take, untake = algo.untake, limit = limit, window = window, burst = burst,
     max_delay = max_delay, vetoes = flags % 2 == 1, cost = cost, starts = flag ~= DOT,
     dry = flag == MINUS, commits = commits, need = need, check = algo.decide,
   }
@@ -124,10 +131,9 @@ end
 -- anew on each call (a script's top level runs per call), and they cost Redis about
 -- as much as a decision.
 local state, stored, writer = {}, {}, {}
-
--- The last 3 values of the operation last replied to, when the next may repeat them
--- (last_reset is nil when it may not: its reply is still to change).
-local last_reset, last_third, last_token
+-- The scratch of one request's operations on the path that increments first: their
+-- specs and their replies (reused by every request of the call).
+local seg, r1, r2, r3, r4 = {}, {}, {}, {}, {}
 
 -- Replaces the full-form reply at `at` of an allowed operation of a segment that does
 -- not commit by the state without this request (remaining and reset of a check-only
@@ -138,9 +144,16 @@ local function unwind(at, p, s)
   out[at + 1], out[at + 2], out[at + 3] = remaining, reset, 0
 end
 
--- Writes happen only after every segment is decided, so a malformed operation fails
--- the whole call, having written nothing (a sliding log's load may have trimmed hits
--- that had already left its window: the same log to every reader).
+-- A failed call writes nothing. The general path writes only after every segment is
+-- decided (a sliding log's load may have trimmed hits that had already left its
+-- window: the same log to every reader); `take` writes as it goes, after every
+-- operation has been parsed (below). What else can fail a call midway is a key this
+-- node does not serve, in an any-slot call on a cluster (ANY_SLOT, set by the
+-- prelude): Redis refuses the command touching it, and the call is decided again
+-- by slot, so hits kept here would be counted twice. There, what `take` kept is
+-- logged in `done` (its key and spec, in order) and given back when the call fails.
+-- Only there: the log costs two table stores per operation, about 5% of a decision.
+local done, d = {}, 0
 local count = #KEYS
 -- Run lengths, when some operation stands for several requests (see the header).
 local runs = ARGV[count + 2]
@@ -148,127 +161,228 @@ if runs ~= nil then
   if #runs ~= count then return redis.error_reply('tollgate: malformed runs') end
   runs = { string.byte(runs, 1, -1) }
 end
-local first = 1
-local p = specs[ARGV[2]] or parse(ARGV[2])
-while first <= count do
-  if p == nil then
+-- Every operation parsed before any is decided: a malformed one fails the call
+-- before `take` has written anything.
+for i = 1, count do
+  local text = ARGV[1 + i]
+  if specs[text] == nil and parse(text) == nil then
     if skewed then return redis.error_reply(CLOCK .. int(now_ms)) end
-    return redis.error_reply('tollgate: malformed operation ' .. first)
+    return redis.error_reply('tollgate: malformed operation ' .. i)
   end
-  -- This request's operations run to the next one that starts a request.
-  local last, next_p = first, nil
-  while last < count do
-    local text = ARGV[2 + last]
-    next_p = specs[text] or parse(text)
-    if next_p == nil then
-      if skewed then return redis.error_reply(CLOCK .. int(now_ms)) end
-      return redis.error_reply('tollgate: malformed operation ' .. (last + 1))
+end
+
+local function decide_all()
+  -- Locals, not the chunk's upvalues: read and written for every operation.
+  local KEYS, ARGV, out, specs, state, seg, done = KEYS, ARGV, out, specs, state, seg, done
+  local r1, r2, r3, r4, now_ms, injected, runs, count = r1, r2, r3, r4, now_ms, injected, runs, count
+  local o, d, held, last_reset, last_third, last_token = 0, 0, false, nil, nil, nil
+  local first = 1
+  local p = specs[ARGV[2]]
+  while first <= count do
+    -- This request's operations run to the next one that starts a request. Whether it
+    -- can increment first (`take`, see below) is told on the way: every operation a
+    -- limit's hits, each on its own counter (a counter's second operation would need
+    -- the first's tentative state), one request per operation (no run), on no counter
+    -- the general path holds a state of (that state is written at the end, over what
+    -- `take` wrote). seg keeps the specs, so the request's loop looks none up again.
+    local last, next_p = first, nil
+    local fast = p.take ~= nil and (runs == nil or runs[first] == 1)
+      and (not held or state[KEYS[first]] == nil)
+    seg[1] = p
+    while last < count do
+      next_p = specs[ARGV[2 + last]]
+      if next_p.starts then break end
+      last = last + 1
+      seg[last - first + 1] = next_p
+      if fast then
+        local key = KEYS[last]
+        if next_p.take == nil or (runs and runs[last] ~= 1) or (held and state[key] ~= nil) then
+          fast = false
+        else
+          for j = first, last - 1 do
+            if KEYS[j] == key then fast = false end
+          end
+        end
+      end
+      next_p = nil
     end
-    if next_p.starts then break end
-    last = last + 1
-    next_p = nil
-  end
-  if last == first and not p.dry then
-    -- One operation (one descriptor per request is the common case), or a run of
-    -- such requests on one counter: no tables, and the counter's state kept here.
-    local key, k = KEYS[first], 1
-    if runs then
-      k = runs[first]
-      if k < 1 then return redis.error_reply('tollgate: malformed runs') end
-    end
-    local s, held = state[key], stored[key]
-    if s == nil then
-      s = p.algo.load(key, p, now_ms)
-      state[key] = s
-      stored[key] = s
-      held = s
-    end
-    local decide, cost, admitted = p.decide, p.cost, false
-    for _ = 1, k do
-      -- A state this call made, committed by an earlier request, is referenced by
-      -- nothing else: the decision may write the next one into it.
-      local reuse = nil
-      if s ~= held then reuse = s end
-      local new, remaining, reset, third, token = decide(s, p, now_ms, cost, o + 4, reuse)
-      if remaining >= 0 or p.commits then
-        s = new
-        admitted = true
+    if fast and first == last then
+      -- The common request: one descriptor, its hits taken in Redis at once.
+      local key = KEYS[first]
+      local remaining, reset, third, token = p.take(key, p, now_ms, injected)
+      if remaining >= 0 and ANY_SLOT then
+        d = d + 2
+        done[d - 1], done[d] = key, p
       end
       if reset == last_reset and third == last_third and token == last_token then
         o = o + 1
         out[o] = -3 - remaining
       else
-        out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token or 0
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token
         o = o + 4
         last_reset, last_third, last_token = reset, third, token
-        if token == nil then last_reset = nil end
       end
-    end
-    if admitted then
-      state[key] = s
-      writer[key] = p
-    end
-  else
-    if runs then
-      for i = first, last do
-        if runs[i] ~= 1 then return redis.error_reply('tollgate: malformed runs') end
-      end
-    end
-    -- Several operations, or a dry run: full forms, decided on tentative states.
-    local base = o
-    local tentative, last_writer = {}, {}
-    local vetoed = p.dry
-    for i = first, last do
-      local key, q = KEYS[i], specs[ARGV[1 + i]]
-      local s = tentative[key]
-      if s == nil then
-        s = state[key]
-        if s == nil then
-          s = q.algo.load(key, q, now_ms)
-          state[key] = s
-          stored[key] = s
+    elseif fast then
+      -- Each operation takes its hits in Redis at once; a veto gives back the hits that
+      -- stayed, and each of those operations answers as a check of its counter without
+      -- this request (what `unwind` answers on the general path). The replies are
+      -- kept in r1-r4 until then, and go out in the short form where they repeat.
+      local size, vetoed, logged = last - first + 1, false, d
+      for n = 1, size do
+        local q, key = seg[n], KEYS[first + n - 1]
+        local remaining, reset, third, token = q.take(key, q, now_ms, injected)
+        r1[n], r2[n], r3[n], r4[n] = remaining, reset, third, token
+        if remaining >= 0 then
+          if ANY_SLOT then
+            d = d + 2
+            done[d - 1], done[d] = key, q
+          end
+        elseif q.vetoes then
+          vetoed = true
         end
       end
-      local new, remaining, reset, third, token = q.decide(s, q, now_ms, q.cost, o + 4)
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token or 0
-      o = o + 4
-      tentative[key] = new
-      if remaining >= 0 or q.commits then last_writer[key] = q end
-      if remaining < 0 and q.vetoes then vetoed = true end
-    end
-    if vetoed and not p.dry then
-      -- Denied: the limits are unwound, but charges and releases happened all the
-      -- same, decided again in order on the states without the limits' hits.
-      for i = first, last do
-        local at = base + 4 * (i - first)
-        local q = specs[ARGV[1 + i]]
-        if not q.commits and out[at + 1] >= 0 then unwind(at, q, state[KEYS[i]]) end
+      if vetoed then
+        d = logged
+        for n = 1, size do
+          if r1[n] >= 0 then
+            local q = seg[n]
+            r1[n], r3[n] = q.untake(KEYS[first + n - 1], q, r1[n]), 0
+          end
+        end
       end
+      for n = 1, size do
+        local remaining, reset, third, token = r1[n], r2[n], r3[n], r4[n]
+        if reset == last_reset and third == last_third and token == last_token then
+          o = o + 1
+          out[o] = -3 - remaining
+        else
+          out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token
+          o = o + 4
+          last_reset, last_third, last_token = reset, third, token
+        end
+      end
+    elseif last == first and not p.dry then
+      held = true
+      -- One operation (one descriptor per request is the common case), or a run of
+      -- such requests on one counter: no tables, and the counter's state kept here.
+      local key, k = KEYS[first], 1
+      if runs then
+        k = runs[first]
+        if k < 1 then error(redis.error_reply('tollgate: malformed runs')) end
+      end
+      local s, held = state[key], stored[key]
+      if s == nil then
+        s = p.algo.load(key, p, now_ms)
+        state[key] = s
+        stored[key] = s
+        held = s
+      end
+      local decide, cost, admitted = p.decide, p.cost, false
+      for _ = 1, k do
+        -- A state this call made, committed by an earlier request, is referenced by
+        -- nothing else: the decision may write the next one into it.
+        local reuse = nil
+        if s ~= held then reuse = s end
+        local new, remaining, reset, third, token = decide(s, p, now_ms, cost, o + 4, reuse)
+        if remaining >= 0 or p.commits then
+          s = new
+          admitted = true
+        end
+        if reset == last_reset and third == last_third and token == last_token then
+          o = o + 1
+          out[o] = -3 - remaining
+        else
+          out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token or 0
+          o = o + 4
+          last_reset, last_third, last_token = reset, third, token
+          if token == nil then last_reset = nil end
+        end
+      end
+      if admitted then
+        state[key] = s
+        writer[key] = p
+      end
+    else
+      if runs then
+        for i = first, last do
+          if runs[i] ~= 1 then error(redis.error_reply('tollgate: malformed runs')) end
+        end
+      end
+      -- Several operations, or a dry run: full forms, decided on tentative states.
+      held = true
+      local base = o
+      local tentative, last_writer = {}, {}
+      local vetoed = p.dry
       for i = first, last do
         local key, q = KEYS[i], specs[ARGV[1 + i]]
-        if q.commits then
+        local s = tentative[key]
+        if s == nil then
+          s = state[key]
+          if s == nil then
+            s = q.algo.load(key, q, now_ms)
+            state[key] = s
+            stored[key] = s
+          end
+        end
+        local new, remaining, reset, third, token = q.decide(s, q, now_ms, q.cost, o + 4)
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token or 0
+        o = o + 4
+        tentative[key] = new
+        if remaining >= 0 or q.commits then last_writer[key] = q end
+        if remaining < 0 and q.vetoes then vetoed = true end
+      end
+      if vetoed and not p.dry then
+        -- Denied: the limits are unwound, but charges and releases happened all the
+        -- same, decided again in order on the states without the limits' hits.
+        for i = first, last do
           local at = base + 4 * (i - first)
-          local new, remaining, reset, third, token = q.decide(state[key], q, now_ms, q.cost, at + 4)
-          out[at + 1], out[at + 2], out[at + 3], out[at + 4] = remaining, reset, third, token or 0
-          state[key] = new
+          local q = specs[ARGV[1 + i]]
+          if not q.commits and out[at + 1] >= 0 then unwind(at, q, state[KEYS[i]]) end
+        end
+        for i = first, last do
+          local key, q = KEYS[i], specs[ARGV[1 + i]]
+          if q.commits then
+            local at = base + 4 * (i - first)
+            local new, remaining, reset, third, token = q.decide(state[key], q, now_ms, q.cost, at + 4)
+            out[at + 1], out[at + 2], out[at + 3], out[at + 4] = remaining, reset, third, token or 0
+            state[key] = new
+            writer[key] = q
+          end
+        end
+      elseif vetoed then
+        for i = first, last do
+          local at = base + 4 * (i - first)
+          if out[at + 1] >= 0 then unwind(at, specs[ARGV[1 + i]], state[KEYS[i]]) end
+        end
+      else
+        -- A counter only denied in this segment keeps its state (a denial changes none).
+        for key, q in pairs(last_writer) do
+          state[key] = tentative[key]
           writer[key] = q
         end
       end
-    elseif vetoed then
-      for i = first, last do
-        local at = base + 4 * (i - first)
-        if out[at + 1] >= 0 then unwind(at, specs[ARGV[1 + i]], state[KEYS[i]]) end
-      end
-    else
-      -- A counter only denied in this segment keeps its state (a denial changes none).
-      for key, q in pairs(last_writer) do
-        state[key] = tentative[key]
-        writer[key] = q
-      end
+      last_reset = nil
     end
-    last_reset = nil
+    first, p = last + 1, next_p
   end
-  first, p = last + 1, next_p
+
+  return o
+end
+
+local ok, failed = pcall(decide_all)
+if ok then
+  o = failed
+else
+  -- Every failure is raised (error with its reply): what `take` logged is given back.
+  while done[d + 1] ~= nil do d = d + 2 end
+  for i = d, 2, -2 do
+    local q = done[i]
+    q.untake(done[i - 1], q, 0)
+  end
+  -- A command's error is raised as a table with its reply ({err = ...}), as are
+  -- decide_all's own.
+  if type(failed) == 'table' then return failed end
+  return redis.error_reply(tostring(failed))
 end
 
 -- Each changed counter's final state is written once, with its TTL.

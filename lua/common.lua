@@ -18,6 +18,9 @@
 --                                   load returned; out: the reply, for tokens decide
 --                                   left to it)
 --   refund(key, p, token, cost)     gives back what an operation consumed
+--   take(key, p, now_ms, injected), untake(key, p, remaining)
+--                                   optional: decide a limit's hits by writing first
+--                                   (fixed_window.lua says how), and give them back
 -- p is an operation's parsed spec, one table per distinct spec per call (so all on one
 -- clock): a module may keep values derived from it and now_ms there.
 

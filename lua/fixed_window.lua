@@ -144,6 +144,118 @@ function fixed_window.refund(key, p, token, cost)
   end
 end
 
+-- Increment first, as the one-script server does: on distinct counters a decision
+-- costs Redis what its commands cost, and reading before writing (load, decide, save)
+-- took a GET and an INCRBY where this takes the INCRBY alone. batch.lua uses it for a
+-- limit's hits (not charges, releases or dry runs) on a counter no other path of the
+-- call has read. The same decision as `decide` on the state the value holds:
+--   the value's low bits name this window: its count (less the cost) was before;
+--   they name another (or the key was absent: INCRBY made the cost alone): the
+--     window starts with this cost, one SET with its TTL;
+--   the count passes the limit: denied, and the hits taken back (a denial consumes
+--     nothing, COUNTS_DENIALS), so a count never stays past the limit on its account.
+-- A cost above the limit is denied whatever the count, without a command; a cost of
+-- 0 (a check) reads with GET and writes nothing (INCRBY 0 would create the key).
+-- Returns decide's reply; the hits of an admission with a cost stay until `untake`
+-- gives them back (another operation of the request vetoed it).
+local TWO53 = 9007199254740992
+
+local function count_in(n, p)
+  local low = n % SHIFT
+  if low == p.fw_low then return (n - low) / SHIFT end
+  return 0
+end
+
+-- A new window's value (the cost) with its TTL, in one SET.
+local function take_new(key, p, now_ms, injected)
+  local value = text(p, 'fw_set', p.cost * SHIFT + p.fw_low)
+  if injected then
+    redis.call('SET', key, value)
+  else
+    local ttl = p.fw_ttl
+    if ttl == nil then
+      ttl = ttl_ms(p.fw_end - now_ms)
+      p.fw_ttl = ttl
+    end
+    redis.call('SET', key, value, 'PX', ttl)
+  end
+  return p.limit - p.cost, p.fw_reset, 0, p.fw_start
+end
+
+-- What the plain path does not cover: a cost of 0 or above the limit, a value INCRBY
+-- refused, a count past 2^32.
+local function take_odd(key, p, now_ms, injected, v)
+  local limit, reset_ms, cost = p.limit, p.fw_reset, p.cost
+  if cost > limit then return -1, reset_ms, -1, 0 end
+  if cost == 0 then
+    local c = 0
+    v = redis.pcall('GET', key)
+    if type(v) == 'table' then
+      local s = legacy(key)
+      if s.w == p.fw_start then c = s.c end
+    elseif v then
+      c = count_in(tonumber(v) or 0, p)
+    end
+    if c <= limit then return limit - c, reset_ms, 0, p.fw_start end
+    return -1, reset_ms, reset_ms, 0
+  end
+  if type(v) == 'table' then
+    -- A hash of 0.1.0 (WRONGTYPE, nothing written) is rewritten as a value holding
+    -- its count for this window; a value INCRBY cannot add to (not an integer) is
+    -- no count and is overwritten, as `load` reads it.
+    local c = 0
+    if string.find(v.err, 'WRONGTYPE', 1, true) then
+      local s = legacy(key)
+      if s.w == p.fw_start then c = min(s.c, CAP) end
+    elseif not string.find(v.err, 'not an integer', 1, true) then
+      -- Not the value's fault (a key this node does not serve): the call fails.
+      error(v)
+    end
+    set_with_ttl(key, int(c * SHIFT + p.fw_low), p.fw_end - now_ms, injected)
+    return fixed_window.take(key, p, now_ms, injected)
+  end
+  -- A count past 2^32 (charges, capped at CAP) plus a cost: a double no longer holds
+  -- the low bits. What the key held is exact: take the hits back and read that.
+  v = redis.call('INCRBY', key, text(p, 'fw_sub', -cost * SHIFT))
+  if v % SHIFT == p.fw_low then return -1, reset_ms, reset_ms, 0 end
+  return take_new(key, p, now_ms, injected)
+end
+
+function fixed_window.take(key, p, now_ms, injected)
+  local add = p.fw_incr
+  if add == nil then
+    if p.fw_start == nil then current(p, now_ms) end
+    add = false
+    if p.cost > 0 and p.cost <= p.limit then add = int(p.cost * SHIFT) end
+    p.fw_incr = add
+  end
+  if not add then return take_odd(key, p, now_ms, injected) end
+  local v = redis.pcall('INCRBY', key, add)
+  if type(v) ~= 'number' or v >= TWO53 then return take_odd(key, p, now_ms, injected, v) end
+  local low = v % SHIFT
+  if low ~= p.fw_low then return take_new(key, p, now_ms, injected) end
+  local c = (v - low) / SHIFT
+  if c > p.limit then
+    redis.call('INCRBY', key, text(p, 'fw_sub', -p.cost * SHIFT))
+    return -1, p.fw_reset, p.fw_reset, 0
+  end
+  if low == 0 and c == p.cost and not injected then
+    -- The key may have been absent (INCRBY made it, without a TTL): this window's
+    -- low bits are 0 once in 2^20 seconds.
+    redis.call('PEXPIRE', key, ttl_ms(p.fw_end - now_ms))
+  end
+  return p.limit - c, p.fw_reset, 0, p.fw_start
+end
+
+-- Gives back the hits of an admitting `take` (`remaining` its answer) and answers as
+-- a check of what is left, never below 0: the state without this request.
+function fixed_window.untake(key, p, remaining)
+  if not p.fw_incr then return remaining end
+  local left = p.limit - count_in(redis.call('INCRBY', key, text(p, 'fw_sub', -p.cost * SHIFT)), p)
+  if left < 0 then return 0 end
+  return left
+end
+
 -- Charges and releases (src/algorithm/mode.rs): the count of the current window.
 fixed_window.charges, fixed_window.releases = true, true
 

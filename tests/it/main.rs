@@ -36,6 +36,7 @@ mod differential;
 mod fail_fast;
 mod grpc;
 mod http_json;
+mod increment_first;
 mod limiter;
 mod local_fallback;
 mod logs;

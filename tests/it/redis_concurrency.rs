@@ -304,7 +304,9 @@ async fn every_key_in_the_keyspace_has_a_ttl() {
     }
     let cluster = common::redis::cluster();
     let mine = common::redis::scan_keys(&cluster.nodes(), &format!("{prefix}*"));
-    assert!(mine.len() >= 8, "the workload wrote keys: {mine:?}");
+    // A check (hits_addend 0) writes nothing, and a request denied at t|u's limit of 8
+    // consumes nothing elsewhere: the overridden tenants admitted before that remain.
+    assert!(mine.len() >= 5, "the workload wrote keys: {mine:?}");
     let all = common::redis::scan_keys(&cluster.nodes(), "*");
     for key in &all {
         // -1 would mean no TTL; -2 means it expired between SCAN and PTTL (1 s windows).

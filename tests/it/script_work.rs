@@ -300,8 +300,7 @@ async fn a_malformed_operation_fails_the_whole_call() {
 }
 
 /// A call whose reply outgrows one packing chunk of the script (200 numbers): 70
-/// requests of 3 counters each reply with 4 numbers per operation (840 in all), every
-/// one in its place.
+/// requests of 3 counters each (210 decisions), every one in its place.
 #[tokio::test]
 async fn a_long_reply_arrives_whole_and_in_order() {
     let redis = common::redis::standalone();
@@ -318,7 +317,9 @@ async fn a_long_reply_arrives_whole_and_in_order() {
         .query_async(&mut conn)
         .await
         .expect("batch script runs");
-    assert_eq!(reply.len(), 840 * 8, "full forms: 4 doubles per operation");
+    // 210 decisions, at least one double each (the short form where the last three
+    // values repeat): past one chunk of 200.
+    assert!(reply.len() > 200 * 8, "{} bytes", reply.len());
     let replies = scripts::parse_batch_reply(&reply, 210).expect("well-formed reply");
     for (i, request) in replies.chunks(3).enumerate() {
         let remaining: Vec<u64> = request.iter().map(|r| r.decision.remaining).collect();

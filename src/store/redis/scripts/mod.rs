@@ -32,6 +32,7 @@ pub use reply::{Reply, parse_batch_reply};
 /// from ARGV: `ARGV[1]` is their number n, `ARGV[2..n+1]` the keys, the rest what the
 /// declared layout passes as ARGV. A copy per call is a few table stores per key.
 const ANY_SLOT_PRELUDE: &str = "#!lua flags=allow-cross-slot-keys
+local ANY_SLOT = true
 local KEYS, ARGV = {}, ARGV
 do
   local all, n = ARGV, tonumber(ARGV[1])
@@ -83,8 +84,12 @@ fn assemble(entry: &str) -> String {
     body
 }
 
-pub static BATCH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&assemble(include_str!("../../../../lua/batch.lua"))));
+/// The batch script for a call whose keys are declared (standalone, or one slot).
+/// `ANY_SLOT` (false here) tells lua/batch.lua no key of the call can be refused.
+pub static BATCH: LazyLock<Script> = LazyLock::new(|| {
+    let body = assemble(include_str!("../../../../lua/batch.lua"));
+    Script::new(&format!("local ANY_SLOT = false\n{body}"))
+});
 /// The batch script for every slot one cluster master owns: declares no key (so the
 /// call goes to the master it is sent to, by address, never redirected) and may touch
 /// keys of any slot that node owns (Redis 7's `allow-cross-slot-keys`); a key the

@@ -1,0 +1,211 @@
+//! The fixed window's increment-first path (`take` in lua/fixed_window.lua), counted
+//! by Redis itself: a limit's hits on a counter cost one INCRBY when the counter holds
+//! this window already and INCRBY + SET (its TTL) when it starts one, never a read
+//! first; a request vetoed by one of its counters gives back what the others took;
+//! and an any-slot call that meets a key its node does not serve (a slot moved away)
+//! fails having kept nothing, so the request decided again by slot counts once.
+
+use crate::common;
+use crate::differential::loaded_connection;
+
+use std::sync::Arc;
+
+use tollgate::algorithm::{Algorithm, Params};
+use tollgate::store::redis::scripts::{self, Layout, Segment, WireOp};
+use tollgate::store::{CounterKey, CounterOp};
+
+/// `calls=` of `command` in `INFO commandstats` (0 when never called).
+fn calls(port: u16, command: &str) -> u64 {
+    let info = common::redis::redis_cli(port, &["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn limit_op(limit: u64) -> WireOp {
+    let params = Params {
+        algorithm: Algorithm::FixedWindow,
+        limit,
+        // A day: no run straddles two windows in practice.
+        window_ms: 86_400_000,
+        burst: limit,
+        max_delay_ms: None,
+        calendar: None,
+    };
+    WireOp::new(&CounterOp {
+        key: CounterKey {
+            domain: Arc::from("increment_first"),
+            rule: Arc::from("r"),
+            entries: Default::default(),
+            algorithm: Algorithm::FixedWindow,
+            window_secs: 86_400,
+            time_zone: None,
+            hash_tag: None,
+        },
+        params,
+        cost: 1,
+        vetoes: true,
+        mode: tollgate::algorithm::Mode::Limit,
+    })
+}
+
+fn count_of(conn_port: u16, key: &str) -> u64 {
+    common::redis::fixed_window_count(&common::redis::redis_cli(conn_port, &["GET", key]))
+}
+
+#[tokio::test]
+async fn distinct_counters_cost_one_command_each_and_a_veto_keeps_nothing() {
+    let redis =
+        common::redis::custom::private_standalone("increment_first").expect("private redis");
+    let port = redis.port();
+    let mut conn = loaded_connection(&redis).await;
+    let keys: Vec<[String; 1]> = (0..10).map(|i| [format!("inc:k{i}")]).collect();
+    let one = [limit_op(1000)];
+    let segments: Vec<Segment<'_, String>> = keys
+        .iter()
+        .map(|k| Segment {
+            keys: k,
+            ops: &one,
+            dry_run: false,
+        })
+        .collect();
+    for call in 1..=2u64 {
+        let reply: Vec<u8> = scripts::batch_cmd(&segments, None)
+            .query_async(&mut conn)
+            .await
+            .expect("batch script runs");
+        let replies = scripts::parse_batch_reply(&reply, 10).expect("well-formed reply");
+        assert!(replies.iter().all(|r| r.decision.remaining == 1000 - call));
+        assert_eq!(calls(port, "get"), 0, "call {call}: no read first");
+        assert_eq!(
+            calls(port, "incrby"),
+            10 * call,
+            "call {call}: one INCRBY each"
+        );
+        // A new counter's window (and TTL) is one SET, the first call's only.
+        assert_eq!(calls(port, "set"), 10, "call {call}");
+    }
+    for k in &keys {
+        let ttl = common::redis::redis_cli(port, &["PTTL", &k[0]]);
+        let ttl: i64 = ttl.trim().parse().expect("PTTL");
+        assert!(ttl > 0 && ttl <= 86_400_000, "{}: PTTL {ttl}", k[0]);
+    }
+
+    // A request of three counters, the last at its limit: denied whole, and the two
+    // others hold what they held (one new, one with 2 hits), answering as without it.
+    let three = [limit_op(1000), limit_op(1000), limit_op(1)];
+    let req = [
+        String::from("inc:new"),
+        keys[0][0].clone(),
+        String::from("inc:full"),
+    ];
+    let full = [String::from("inc:full")];
+    let fill: Vec<u8> = scripts::batch_cmd(
+        &[Segment {
+            keys: &full,
+            ops: &three[2..],
+            dry_run: false,
+        }],
+        None,
+    )
+    .query_async(&mut conn)
+    .await
+    .expect("fills the small counter");
+    assert_eq!(
+        scripts::parse_batch_reply(&fill, 1).expect("reply")[0]
+            .decision
+            .remaining,
+        0
+    );
+    let reply: Vec<u8> = scripts::batch_cmd(
+        &[Segment {
+            keys: &req,
+            ops: &three,
+            dry_run: false,
+        }],
+        None,
+    )
+    .query_async(&mut conn)
+    .await
+    .expect("batch script runs");
+    let replies = scripts::parse_batch_reply(&reply, 3).expect("well-formed reply");
+    assert!(!replies[2].decision.allowed, "{:?}", replies[2].decision);
+    assert_eq!(
+        replies[0].decision.remaining, 1000,
+        "{:?}",
+        replies[0].decision
+    );
+    assert_eq!(
+        replies[1].decision.remaining, 998,
+        "{:?}",
+        replies[0].decision
+    );
+    assert_eq!(count_of(port, "inc:new"), 0);
+    assert_eq!(count_of(port, &keys[0][0]), 2);
+    assert_eq!(count_of(port, "inc:full"), 1);
+}
+
+/// Two keys of one master and, last, a key of another, sent to the first master as one
+/// any-slot call (as after a reshard moved the last key's slot away): Redis refuses
+/// the command touching the last key, after the first two were taken. The call fails
+/// as a misroute and the first two hold nothing.
+#[tokio::test]
+async fn an_any_slot_call_refused_midway_keeps_nothing() {
+    let cluster = common::redis::cluster();
+    let prefix = common::redis::unique_prefix("increment_first_any");
+    let masters = cluster.masters();
+    assert!(masters.len() >= 2, "a cluster of several masters");
+    let home = cluster.master_for_key(&format!("{prefix}a0"));
+    let mut mine = Vec::new();
+    let mut away = None;
+    for i in 0..1000 {
+        let key = format!("{prefix}a{i}");
+        if cluster.master_for_key(&key) == home {
+            if mine.len() < 2 {
+                mine.push(key);
+            }
+        } else if away.is_none() {
+            away = Some(key);
+        }
+        if mine.len() == 2 && away.is_some() {
+            break;
+        }
+    }
+    let away = away.expect("a key of another master");
+    let keys = [mine[0].clone(), mine[1].clone(), away.clone()];
+    let client = redis::Client::open(format!("redis://{home}/")).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to the master");
+    let _: String = scripts::BATCH_ANY_SLOT
+        .prepare_invoke()
+        .load_async(&mut conn)
+        .await
+        .expect("SCRIPT LOAD");
+    let ops = [limit_op(1000)];
+    let segments: Vec<Segment<'_, String>> = keys
+        .chunks(1)
+        .map(|k| Segment {
+            keys: k,
+            ops: &ops,
+            dry_run: false,
+        })
+        .collect();
+    let err = scripts::batch_cmd_in(Layout::AnySlot, &segments, None)
+        .query_async::<Vec<u8>>(&mut conn)
+        .await
+        .expect_err("a key of another master is refused");
+    assert!(err.to_string().contains("non local key"), "{err}");
+    for key in &mine {
+        let stored = common::redis::redis_cli_cluster(cluster, &["GET", key]);
+        assert_eq!(
+            common::redis::fixed_window_count(&stored),
+            0,
+            "{key} keeps nothing: {stored:?}"
+        );
+    }
+}
