@@ -25,9 +25,13 @@
 //! The times are Redis's own, so the example's build profile does not change them (a
 //! debug build will do); the machine's other load does: compare in alternating runs.
 //!
+//! With `--via function` the calls are FCALLs of the function library (what tollgate
+//! sends to a Redis 7), timed from FCALL's `usec_per_call`.
+//!
 //! ```text
 //! cargo run --release --example lua_cost -- [--calls 2000] [--sizes 1,13,64]
 //!     [--descriptors 1] [--algorithms fixed_window,gcra] [--redis-server redis-server]
+//!     [--via eval|function]
 //! ```
 
 use std::net::TcpListener;
@@ -36,7 +40,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::algorithm::{Algorithm, Params};
-use tollgate::store::redis::scripts::{self, Segment, WireOp};
+use tollgate::store::redis::scripts::{self, Layout, Segment, Via, WireOp};
 use tollgate::store::{CounterKey, CounterOp};
 
 struct Options {
@@ -47,6 +51,7 @@ struct Options {
     redis_server: String,
     /// Only these algorithms (all when empty).
     algorithms: Vec<Algorithm>,
+    via: Via,
 }
 
 fn options() -> Result<Options, String> {
@@ -56,6 +61,7 @@ fn options() -> Result<Options, String> {
         descriptors: 1,
         redis_server: "redis-server".into(),
         algorithms: vec![],
+        via: Via::Eval,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -74,6 +80,13 @@ fn options() -> Result<Options, String> {
                 ))?
             }
             "--redis-server" => o.redis_server = value,
+            "--via" => {
+                o.via = match value.as_str() {
+                    "eval" => Via::Eval,
+                    "function" => Via::Function,
+                    _ => return Err(format!("--via: {value} is not eval or function")),
+                }
+            }
             "--algorithms" => {
                 o.algorithms = value
                     .split(',')
@@ -150,13 +163,14 @@ fn op(algorithm: Algorithm) -> CounterOp {
     }
 }
 
-/// EVALSHA's (calls, usec) from `INFO commandstats`.
-fn evalsha_stats(con: &mut redis::Connection) -> redis::RedisResult<(u64, u64)> {
+/// The script calls' (calls, usec) from `INFO commandstats` (EVALSHA or FCALL).
+fn evalsha_stats(con: &mut redis::Connection, via: Via) -> redis::RedisResult<(u64, u64)> {
     let info: String = redis::cmd("INFO").arg("commandstats").query(con)?;
-    let line = info
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .unwrap_or("");
+    let name = match via {
+        Via::Eval => "cmdstat_evalsha:",
+        Via::Function => "cmdstat_fcall:",
+    };
+    let line = info.lines().find(|l| l.starts_with(name)).unwrap_or("");
     let field = |name: &str| {
         line.split([':', ','])
             .find_map(|kv| kv.strip_prefix(name))
@@ -172,7 +186,7 @@ fn measure(
     con: &mut redis::Connection,
     algorithm: Algorithm,
     (n, d): (usize, usize),
-    layout: Layout,
+    (layout, via): (KeyLayout, Via),
     calls: usize,
 ) -> redis::RedisResult<f64> {
     let _: () = redis::cmd("FLUSHALL").query(con)?;
@@ -186,9 +200,11 @@ fn measure(
                         // As long as a real counter key (prefix, domain, entries, tail).
                         let name = algorithm.name();
                         match layout {
-                            Layout::Hot => format!("lua_cost_{{bench\x1fkey{j}\x1f0}}{name}"),
-                            Layout::Spread => format!("lua_cost_{{bench\x1fkey{j}\x1f{i}}}{name}"),
-                            Layout::Cold => {
+                            KeyLayout::Hot => format!("lua_cost_{{bench\x1fkey{j}\x1f0}}{name}"),
+                            KeyLayout::Spread => {
+                                format!("lua_cost_{{bench\x1fkey{j}\x1f{i}}}{name}")
+                            }
+                            KeyLayout::Cold => {
                                 format!("lua_cost_{{bench\x1fkey{j}\x1f{call}.{i}}}{name}")
                             }
                         }
@@ -204,7 +220,7 @@ fn measure(
                 dry_run: false,
             })
             .collect();
-        scripts::batch_cmd(&segments, None)
+        scripts::batch_cmd_via((Layout::Declared, via), &segments, None)
     };
     let mut cmd = command(0);
     let mut call = 0;
@@ -214,7 +230,7 @@ fn measure(
     for _ in 0..ROUNDS {
         let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con)?;
         for _ in 0..calls.div_ceil(ROUNDS) {
-            if layout == Layout::Cold {
+            if layout == KeyLayout::Cold {
                 call += 1;
                 cmd = command(call);
             }
@@ -227,7 +243,7 @@ fn measure(
                 )));
             }
         }
-        let (made, usec) = evalsha_stats(con)?;
+        let (made, usec) = evalsha_stats(con, via)?;
         best = best.min(usec as f64 / made.max(1) as f64);
     }
     Ok(best)
@@ -235,18 +251,18 @@ fn measure(
 
 /// Which counters a call's operations hit (see the module's header).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Layout {
+enum KeyLayout {
     Hot,
     Spread,
     Cold,
 }
 
-impl Layout {
+impl KeyLayout {
     fn name(self) -> &'static str {
         match self {
-            Layout::Hot => "hot",
-            Layout::Spread => "spread",
-            Layout::Cold => "cold",
+            KeyLayout::Hot => "hot",
+            KeyLayout::Spread => "spread",
+            KeyLayout::Cold => "cold",
         }
     }
 }
@@ -273,19 +289,30 @@ fn main() {
         eprintln!("lua_cost: SCRIPT LOAD: {e}");
         std::process::exit(1);
     }
+    if o.via == Via::Function {
+        let loaded: redis::RedisResult<String> = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(&scripts::LIBRARY.source)
+            .query(&mut con);
+        if let Err(e) = loaded {
+            eprintln!("lua_cost: FUNCTION LOAD: {e}");
+            std::process::exit(1);
+        }
+    }
     println!("| algorithm | keys | ops per call | us per call | us per decision |");
     println!("|---|---|---|---|---|");
     for algorithm in Algorithm::ALL {
         if !o.algorithms.is_empty() && !o.algorithms.contains(&algorithm) {
             continue;
         }
-        for layout in [Layout::Hot, Layout::Spread, Layout::Cold] {
+        for layout in [KeyLayout::Hot, KeyLayout::Spread, KeyLayout::Cold] {
             for &n in &o.sizes {
-                if layout == Layout::Spread && n == 1 {
+                if layout == KeyLayout::Spread && n == 1 {
                     continue;
                 }
                 let d = o.descriptors;
-                match measure(&mut con, algorithm, (n, d), layout, o.calls) {
+                match measure(&mut con, algorithm, (n, d), (layout, o.via), o.calls) {
                     Ok(per_call) => println!(
                         "| {} | {} | {n} | {per_call:.1} | {:.2} |",
                         algorithm.name(),

@@ -2,7 +2,8 @@
 //! random operations (costs including check-only and impossible ones, batches with
 //! repeated counters and shadow operations, overdraft and quota charges and releases
 //! (`algorithm::Mode`), time standing still, creeping and
-//! jumping) go through `lua/batch.lua` on a real Redis, with the time injected, and
+//! jumping) go through `lua/batch.lua` on a real Redis (by FCALL of the function
+//! library or by EVALSHA, at random), with the time injected, and
 //! through the memory store (the Rust models) on a manual clock. Each script call
 //! carries 1 to 4 requests as segments (some of them dry runs), or a hot counter's
 //! 2 to 21 alike requests (sent as runs), as the standalone batcher sends them; the
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use tollgate::algorithm::{Algorithm, Decision, Mode, Params};
 use tollgate::clock::ManualClock;
 use tollgate::store::memory::MemoryStore;
-use tollgate::store::redis::scripts::{self, Segment, WireOp};
+use tollgate::store::redis::scripts::{self, Layout, Segment, Via, WireOp};
 use tollgate::store::{CounterKey, CounterOp};
 
 const OPERATIONS_PER_ALGORITHM: usize = 10_000;
@@ -115,8 +116,8 @@ fn step(rng: &mut Rng, p: &Params) -> u64 {
     }
 }
 
-/// A connection to `redis` with the batch script loaded: the calls are EVALSHA, as
-/// in production.
+/// A connection to `redis` with the batch script and the function library loaded,
+/// for calls by EVALSHA or FCALL, as in production.
 pub(crate) async fn loaded_connection(
     redis: &common::redis::RedisStandalone,
 ) -> redis::aio::MultiplexedConnection {
@@ -130,6 +131,13 @@ pub(crate) async fn loaded_connection(
         .load_async(&mut conn)
         .await
         .expect("SCRIPT LOAD");
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&scripts::LIBRARY.source)
+        .query_async(&mut conn)
+        .await
+        .expect("FUNCTION LOAD");
     conn
 }
 
@@ -207,10 +215,18 @@ async fn run(algorithm: Algorithm, seed: u64) {
                 .map(|((keys, ops), &dry_run)| Segment { keys, ops, dry_run })
                 .collect();
             let n = expected.len();
-            let reply: Vec<u8> = scripts::batch_cmd(&segments, Some(now))
-                .query_async(&mut conn)
-                .await
-                .expect("batch script runs");
+            // Half the calls by FCALL of the function library (what tollgate sends a
+            // Redis 7), half by EVALSHA (its fallback): the same code, both ways in.
+            let via = if rng.below(2) == 0 {
+                Via::Function
+            } else {
+                Via::Eval
+            };
+            let reply: Vec<u8> =
+                scripts::batch_cmd_via((Layout::Declared, via), &segments, Some(now))
+                    .query_async(&mut conn)
+                    .await
+                    .expect("batch script runs");
             let got: Vec<Decision> = scripts::parse_batch_reply(&reply, n)
                 .expect("well-formed reply")
                 .into_iter()

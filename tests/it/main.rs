@@ -34,6 +34,7 @@ mod deploy_files;
 mod deploy_metrics;
 mod differential;
 mod fail_fast;
+mod function_library;
 mod grpc;
 mod http_json;
 mod increment_first;

@@ -1,12 +1,13 @@
 //! One script round trip per slot group, proven by Redis itself: `INFO commandstats`
 //! before and after N requests through a `Limiter` on a `RedisStore`.
 //!
-//! - Standalone: N sequential single-descriptor requests are exactly N `EVALSHA`
-//!   calls (1.0 per request); a 10-descriptor request is still one call; concurrent
-//!   requests share calls (the batcher merges what queues while calls are in flight:
-//!   fewer calls than requests, every request still decided exactly); `EVAL` is never
-//!   used (the script body crosses the network only through `SCRIPT LOAD`, at
-//!   start-up or after NOSCRIPT).
+//! - Standalone: N sequential single-descriptor requests are exactly N script calls
+//!   (`FCALL` of the function library, or `EVALSHA` where Redis has no functions:
+//!   counted together; 1.0 per request); a 10-descriptor request is still one call;
+//!   concurrent requests share calls (the batcher merges what queues while calls are
+//!   in flight: fewer calls than requests, every request still decided exactly);
+//!   `EVAL` is never used (the code crosses the network only through `FUNCTION LOAD`
+//!   or `SCRIPT LOAD`, at start-up or after the server lost it).
 //! - Cluster: a request whose counters all live on one master is one call, whatever
 //!   their slots; one spanning k masters, its counters cold (no reading yet) and far
 //!   from their limits, is k (the groups raced at once, no check), and a `hash_tag`
@@ -39,10 +40,11 @@ fn config(yaml: &str) -> Config {
         .unwrap_or_else(|errors| panic!("config does not load: {errors}"))
 }
 
-/// `calls=` of each command in `INFO commandstats`, for the commands we watch.
+/// `calls=` of each command in `INFO commandstats`, for the commands we watch: script
+/// calls (FCALL and EVALSHA), EVAL, and loads (FUNCTION LOAD and SCRIPT LOAD).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Calls {
-    evalsha: u64,
+    script: u64,
     eval: u64,
     script_load: u64,
 }
@@ -51,7 +53,7 @@ impl std::ops::Sub for Calls {
     type Output = Calls;
     fn sub(self, before: Calls) -> Calls {
         Calls {
-            evalsha: self.evalsha - before.evalsha,
+            script: self.script - before.script,
             eval: self.eval - before.eval,
             script_load: self.script_load - before.script_load,
         }
@@ -72,9 +74,9 @@ fn calls(ports: &[u16]) -> Calls {
                 .and_then(|n| n.parse::<u64>().ok())
                 .unwrap_or(0);
             match name {
-                "cmdstat_evalsha" => total.evalsha += count,
+                "cmdstat_evalsha" | "cmdstat_fcall" => total.script += count,
                 "cmdstat_eval" => total.eval += count,
-                "cmdstat_script|load" => total.script_load += count,
+                "cmdstat_script|load" | "cmdstat_function|load" => total.script_load += count,
                 _ => {}
             }
         }
@@ -109,7 +111,7 @@ async fn decide_all(limiter: &Limiter, requests: &[RateLimitRequest]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn standalone_at_most_one_evalsha_per_request_and_never_eval() {
+async fn standalone_at_most_one_script_call_per_request_and_never_eval() {
     let redis = common::redis::custom::private_standalone("script_calls").expect("private redis");
     let ports = [redis.port()];
     let target = RedisTarget::Standalone(redis.url());
@@ -134,10 +136,7 @@ async fn standalone_at_most_one_evalsha_per_request_and_never_eval() {
     let before = calls(&ports);
     decide_all(&limiter, &requests).await;
     let delta = calls(&ports) - before;
-    assert_eq!(
-        delta.evalsha, N,
-        "EVALSHA calls for {N} requests: {delta:?}"
-    );
+    assert_eq!(delta.script, N, "script calls for {N} requests: {delta:?}");
     assert_eq!(
         delta.eval, 0,
         "the script body was sent with EVAL: {delta:?}"
@@ -167,14 +166,14 @@ async fn standalone_at_most_one_evalsha_per_request_and_never_eval() {
     let delta = calls(&ports) - before;
     assert_eq!(ok as u64, N / 4 * 3, "3 of every 4 hits on a key pass");
     assert!(
-        (1..N).contains(&delta.evalsha),
+        (1..N).contains(&delta.script),
         "concurrent requests share calls: {delta:?} for {N} requests"
     );
     assert_eq!(delta.eval, 0);
     eprintln!(
-        "FIGURES {N} requests, 64 at a time: {} EVALSHA ({:.2} per request)",
-        delta.evalsha,
-        delta.evalsha as f64 / N as f64
+        "FIGURES {N} requests, 64 at a time: {} script calls ({:.2} per request)",
+        delta.script,
+        delta.script as f64 / N as f64
     );
 
     // Ten descriptors, one server: one script decides them all.
@@ -184,19 +183,19 @@ async fn standalone_at_most_one_evalsha_per_request_and_never_eval() {
     let before = calls(&ports);
     decide_all(&limiter, &requests).await;
     let delta = calls(&ports) - before;
-    assert_eq!(delta.evalsha, 20, "10-descriptor requests: {delta:?}");
+    assert_eq!(delta.script, 20, "10-descriptor requests: {delta:?}");
 
-    // A server that lost its scripts (restart, failover) answers NOSCRIPT: the body
-    // goes over once with SCRIPT LOAD, never with EVAL.
-    redis.cli(&["SCRIPT", "FLUSH"]);
+    // A server that lost its library (restart, failover) answers "Function not found":
+    // the library goes over once with FUNCTION LOAD, never with EVAL.
+    redis.cli(&["FUNCTION", "FLUSH"]);
     let before = calls(&ports);
     decide_all(&limiter, &[values_request(&["after-flush".into()])]).await;
     decide_all(&limiter, &[values_request(&["after-flush-2".into()])]).await;
     let delta = calls(&ports) - before;
-    assert_eq!(delta.eval, 0, "after SCRIPT FLUSH: {delta:?}");
-    assert_eq!(delta.script_load, 1, "after SCRIPT FLUSH: {delta:?}");
-    // The NOSCRIPT attempt, its retry, then the second request.
-    assert_eq!(delta.evalsha, 3, "after SCRIPT FLUSH: {delta:?}");
+    assert_eq!(delta.eval, 0, "after FUNCTION FLUSH: {delta:?}");
+    assert_eq!(delta.script_load, 1, "after FUNCTION FLUSH: {delta:?}");
+    // The failed attempt, its retry, then the second request.
+    assert_eq!(delta.script, 3, "after FUNCTION FLUSH: {delta:?}");
 }
 
 const TENANTS: &str = "
@@ -273,7 +272,7 @@ fn slot_groups(config: &Config, prefix: &str, request: &RateLimitRequest) -> usi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_one_evalsha_per_master_group() {
+async fn cluster_one_script_call_per_master_group() {
     let cluster = common::redis::custom::private_cluster().expect("private cluster");
     let ports = cluster.ports();
     let options =
@@ -317,8 +316,8 @@ async fn cluster_one_evalsha_per_master_group() {
         decide_all(&limiter, &requests).await;
         let delta = calls(&ports) - before;
         assert_eq!(
-            delta.evalsha, expected as u64,
-            "{descriptors} descriptor(s): one EVALSHA per master group ({delta:?})"
+            delta.script, expected as u64,
+            "{descriptors} descriptor(s): one script call per master group ({delta:?})"
         );
         assert_eq!(delta.eval, 0);
         if descriptors == 1 {
@@ -351,6 +350,6 @@ async fn cluster_one_evalsha_per_master_group() {
     let before = calls(&ports);
     decide_all(&limiter, &requests).await;
     let delta = calls(&ports) - before;
-    assert_eq!(delta.evalsha, 30, "hash-tagged tenant requests: {delta:?}");
+    assert_eq!(delta.script, 30, "hash-tagged tenant requests: {delta:?}");
     assert_eq!(delta.eval, 0);
 }

@@ -243,6 +243,19 @@ async fn open(options: &RedisOptions, protection: &Protection) -> Result<Backend
         .await
         .map_err(|_| "loading the scripts timed out".to_owned())?
         .map_err(|e| format!("cannot load the scripts: {}", connect::describe(&e)))?;
+    // And the library (FCALL, `scripts/library.rs`), without failing: a Redis before 7
+    // refuses it, and the calls go by EVALSHA.
+    let functions = scripts::Functions::default();
+    let library = functions.load(&mut connection);
+    match tokio::time::timeout(options.connect_timeout, library).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %connect::describe(&e), "the function library does not load (Redis before 7?): batch calls go by EVALSHA");
+        }
+        Err(_) => {
+            tracing::warn!("loading the function library timed out: batch calls go by EVALSHA")
+        }
+    }
     Ok(match connection {
         Connection::Cluster(mut c) => Backend::Cluster({
             // The any-slot script too, but without failing: a Redis before 7 cannot
@@ -260,13 +273,13 @@ async fn open(options: &RedisOptions, protection: &Protection) -> Result<Backend
             Cluster::start(
                 c,
                 by_master,
-                options.timeout,
+                (options.timeout, functions),
                 protection.breaker,
                 protection.metrics.clone(),
             )
             .await
         }),
-        standalone => Backend::Standalone(Batcher::start(standalone, options.timeout)),
+        standalone => Backend::Standalone(Batcher::start(standalone, options.timeout, functions)),
     })
 }
 

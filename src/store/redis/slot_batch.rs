@@ -27,7 +27,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::batcher::Batcher;
-use super::scripts::{Layout, Reply, WireOp};
+use super::scripts::{Functions, Layout, Reply, WireOp};
 use crate::store::StoreError;
 
 /// Master queues kept at most (see the module docs).
@@ -40,6 +40,7 @@ pub struct SlotBatchers {
     connection: ClusterConnection,
     /// The store's per-call budget, given to each queue.
     timeout: Duration,
+    functions: Functions,
     /// One queue per slot, indexed by slot. The table is 16384 empty cells up front
     /// (16 bytes each: 256 KiB); a queue in use adds its parked task and its channel's
     /// first block, about 3.4 KiB (measured: 16384 idle queues on one connection grew
@@ -49,10 +50,11 @@ pub struct SlotBatchers {
 }
 
 impl SlotBatchers {
-    pub fn new(connection: ClusterConnection, timeout: Duration) -> Self {
+    pub fn new(connection: ClusterConnection, timeout: Duration, functions: Functions) -> Self {
         Self {
             connection,
             timeout,
+            functions,
             queues: (0..SLOTS).map(|_| OnceLock::new()).collect(),
         }
     }
@@ -72,7 +74,13 @@ impl SlotBatchers {
             .queues
             .get(usize::from(slot))
             .ok_or_else(|| StoreError::Unavailable(format!("no hash slot {slot}")))?;
-        let queue = cell.get_or_init(|| Batcher::start(self.connection.clone(), self.timeout));
+        let queue = cell.get_or_init(|| {
+            Batcher::start(
+                self.connection.clone(),
+                self.timeout,
+                self.functions.clone(),
+            )
+        });
         queue.decide(keys, ops, dry_run).await
     }
 }
@@ -81,14 +89,16 @@ impl SlotBatchers {
 pub struct MasterBatchers {
     connection: ClusterConnection,
     timeout: Duration,
+    functions: Functions,
     queues: Mutex<HashMap<Arc<str>, Arc<Batcher>>>,
 }
 
 impl MasterBatchers {
-    pub fn new(connection: ClusterConnection, timeout: Duration) -> Self {
+    pub fn new(connection: ClusterConnection, timeout: Duration, functions: Functions) -> Self {
         Self {
             connection,
             timeout,
+            functions,
             queues: Mutex::new(HashMap::new()),
         }
     }
@@ -116,7 +126,12 @@ impl MasterBatchers {
             // The queues dropped finish the calls they have in flight.
             queues.clear();
         }
-        let queue = Arc::new(Batcher::start_in(Layout::AnySlot, node, self.timeout));
+        let queue = Arc::new(Batcher::start_in(
+            Layout::AnySlot,
+            node,
+            self.timeout,
+            self.functions.clone(),
+        ));
         queues.insert(Arc::clone(master), Arc::clone(&queue));
         Ok(queue)
     }

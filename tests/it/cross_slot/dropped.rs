@@ -29,12 +29,15 @@ fn port(addr: &str) -> u16 {
         .expect("host:port")
 }
 
-fn evalsha_calls(port: u16) -> u64 {
+/// Script calls on the node at `port`: FCALL (batches) and EVALSHA (refunds).
+fn script_calls(port: u16) -> u64 {
     let info = redis_cli(port, &["INFO", "commandstats"]);
-    info_field(&info, "cmdstat_evalsha")
-        .and_then(|stats| stats.split(',').find_map(|kv| kv.strip_prefix("calls=")))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
+    ["cmdstat_evalsha", "cmdstat_fcall"]
+        .into_iter()
+        .filter_map(|name| info_field(&info, name))
+        .filter_map(|stats| stats.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .filter_map(|n| n.trim().parse::<u64>().ok())
+        .sum()
 }
 
 /// Two far-from-limit operations whose slots are served by different masters, and
@@ -80,7 +83,7 @@ async fn a_request_dropped_mid_flight_on_the_parallel_path_consumes_nothing() {
         }
         let raced = |p: tollgate::store::redis::CrossSlotPaths| p.hinted + p.cold;
         let hinted = raced(store.cross_slot_paths());
-        let calls = (evalsha_calls(first), evalsha_calls(second));
+        let calls = (script_calls(first), script_calls(second));
         let _: () = redis::cmd("CLIENT")
             .arg("PAUSE")
             .arg(PAUSE_MS)
@@ -106,8 +109,8 @@ async fn a_request_dropped_mid_flight_on_the_parallel_path_consumes_nothing() {
             .map(|op| op.key.entries[0].1.to_string())
             .collect();
         let settled = || {
-            evalsha_calls(first) >= calls.0 + 2
-                && evalsha_calls(second) >= calls.1 + 2
+            script_calls(first) >= calls.0 + 2
+                && script_calls(second) >= calls.1 + 2
                 && values
                     .iter()
                     .all(|v| count_in(&cluster, &prefix, &format!("k={v}")) == 2)
@@ -116,13 +119,13 @@ async fn a_request_dropped_mid_flight_on_the_parallel_path_consumes_nothing() {
         while !settled() {
             assert!(
                 Instant::now() < until,
-                "not refunded: counts {:?}, evalsha calls {:?} -> {:?}",
+                "not refunded: counts {:?}, script calls {:?} -> {:?}",
                 values
                     .iter()
                     .map(|v| count_in(&cluster, &prefix, &format!("k={v}")))
                     .collect::<Vec<_>>(),
                 calls,
-                (evalsha_calls(first), evalsha_calls(second))
+                (script_calls(first), script_calls(second))
             );
             sleep(Duration::from_millis(20)).await;
         }

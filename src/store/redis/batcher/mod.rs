@@ -44,7 +44,7 @@ use tokio::time::Instant;
 use self::depth::Depth;
 use super::connect::describe;
 use super::misroute;
-use super::scripts::{self, Layout, Reply, Segment, WireOp};
+use super::scripts::{self, Functions, Layout, Reply, Segment, WireOp};
 use crate::store::StoreError;
 
 /// Operations per call, at most, unless one request alone has more (it then goes
@@ -89,15 +89,21 @@ pub struct Batcher {
 impl Batcher {
     /// Starts the task that drains the queue (on the current tokio runtime). A request
     /// not answered by its deadline gets [`StoreError::Timeout`] naming `timeout`.
-    pub fn start<C>(connection: C, timeout: Duration) -> Self
+    /// Calls go by FCALL while `functions` says the library is loaded.
+    pub fn start<C>(connection: C, timeout: Duration, functions: Functions) -> Self
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
-        Self::start_in(Layout::Declared, connection, timeout)
+        Self::start_in(Layout::Declared, connection, timeout, functions)
     }
 
     /// [`Batcher::start`], its calls' keys where `layout` puts them.
-    pub fn start_in<C>(layout: Layout, connection: C, timeout: Duration) -> Self
+    pub fn start_in<C>(
+        layout: Layout,
+        connection: C,
+        timeout: Duration,
+        functions: Functions,
+    ) -> Self
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
@@ -107,6 +113,7 @@ impl Batcher {
             connection,
             layout,
             timeout,
+            functions,
         };
         tokio::spawn(drain(jobs, line, Arc::clone(&health)));
         Self {
@@ -171,6 +178,7 @@ struct Line<C> {
     layout: Layout,
     /// Each request's budget.
     timeout: Duration,
+    functions: Functions,
 }
 
 async fn drain<C>(mut jobs: mpsc::UnboundedReceiver<Job>, line: Line<C>, health: Arc<Health>)
@@ -281,7 +289,8 @@ async fn send<C: ConnectionLike>(mut line: Line<C>, batch: Vec<Job>) -> Finished
     }
 }
 
-/// One EVALSHA for every job of `batch`: all their replies, in order.
+/// One script call (FCALL or EVALSHA) for every job of `batch`: all their replies, in
+/// order.
 async fn call<C: ConnectionLike>(
     line: &mut Line<C>,
     batch: &[Job],
@@ -294,21 +303,25 @@ async fn call<C: ConnectionLike>(
             dry_run: job.dry_run,
         })
         .collect();
-    let cmd = scripts::batch_cmd_in(line.layout, &segments, None);
+    let cmd = scripts::batch_call(line.layout, &segments, &line.functions);
     let total: usize = batch.iter().map(|job| job.ops.len()).sum();
-    let reply: Vec<u8> = scripts::evalsha(&mut line.connection, &cmd, line.layout.script())
-        .await
-        .map_err(|e| match line.layout {
-            // Nothing was written: the caller decides the request again by slot.
-            Layout::AnySlot if misroute::misrouted(&e) => CallError {
-                error: misroute::error(&e),
-                lost: false,
-            },
-            _ => CallError {
-                error: StoreError::Unavailable(describe(&e)),
-                lost: recover::connection_lost(&e),
-            },
-        })?;
+    let script = line.layout.script();
+    let sent = if scripts::sends_fcall(&cmd) {
+        scripts::fcall(&mut line.connection, &cmd, script, &line.functions).await
+    } else {
+        scripts::evalsha(&mut line.connection, &cmd, script).await
+    };
+    let reply: Vec<u8> = sent.map_err(|e| match line.layout {
+        // Nothing was written: the caller decides the request again by slot.
+        Layout::AnySlot if misroute::misrouted(&e) => CallError {
+            error: misroute::error(&e),
+            lost: false,
+        },
+        _ => CallError {
+            error: StoreError::Unavailable(describe(&e)),
+            lost: recover::connection_lost(&e),
+        },
+    })?;
     scripts::parse_batch_reply(&reply, total).map_err(|e| CallError {
         error: StoreError::Unavailable(e),
         lost: false,

@@ -84,7 +84,11 @@ async fn a_backlog_of_a_full_call_sends_one_call_more() {
         Arc::clone(&connection.release),
     );
     let sent = || calls.load(Ordering::SeqCst);
-    let batcher = Arc::new(Batcher::start(connection, Duration::from_secs(30)));
+    let batcher = Arc::new(Batcher::start(
+        connection,
+        Duration::from_secs(30),
+        Default::default(),
+    ));
     let ask = |n: usize| -> Vec<tokio::task::JoinHandle<_>> {
         (0..n)
             .map(|i| {

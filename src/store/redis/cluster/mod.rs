@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use super::misroute;
 use super::nodes::Nodes;
-use super::scripts::{Reply, WireOp};
+use super::scripts::{Functions, Reply, WireOp};
 use super::slot_batch::{MasterBatchers, SlotBatchers};
 use crate::algorithm::Decision;
 use crate::metrics::Metrics;
@@ -82,7 +82,7 @@ impl Cluster {
     pub async fn start(
         connection: ClusterConnection,
         by_master: bool,
-        timeout: Duration,
+        (timeout, functions): (Duration, Functions),
         breaker: BreakerOptions,
         metrics: Option<Arc<Metrics>>,
     ) -> Self {
@@ -92,8 +92,12 @@ impl Cluster {
             .unwrap_or_default();
         let nodes = Nodes::start(connection.clone(), breaker, metrics).await;
         Self {
-            masters: Arc::new(MasterBatchers::new(connection.clone(), timeout)),
-            batchers: Arc::new(SlotBatchers::new(connection.clone(), timeout)),
+            masters: Arc::new(MasterBatchers::new(
+                connection.clone(),
+                timeout,
+                functions.clone(),
+            )),
+            batchers: Arc::new(SlotBatchers::new(connection.clone(), timeout, functions)),
             connection,
             timeout,
             abandoned,

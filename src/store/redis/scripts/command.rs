@@ -6,6 +6,7 @@
 
 use redis::{Cmd, Script};
 
+use super::library::LIBRARY;
 use super::runs;
 use super::{BATCH, BATCH_ANY_SLOT, REFUND};
 use crate::algorithm::calendar::Calendar;
@@ -189,8 +190,47 @@ pub fn batch_cmd_in<K: AsRef<str>>(
     segments: &[Segment<'_, K>],
     now_ms: Option<u64>,
 ) -> Cmd {
+    batch_cmd_via((layout, Via::Eval), segments, now_ms)
+}
+
+/// [`batch_cmd_in`] by `via` (`examples/lua_cost.rs` measures both).
+pub fn batch_cmd_via<K: AsRef<str>>(
+    (layout, via): (Layout, Via),
+    segments: &[Segment<'_, K>],
+    now_ms: Option<u64>,
+) -> Cmd {
     let around = now_ms.unwrap_or_else(redis_clock_estimate);
-    batch_cmd_with(layout, segments, now_ms, around)
+    batch_cmd_with((layout, via), segments, now_ms, around)
+}
+
+/// How a batch call reaches its script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// EVALSHA of [`Layout::script`].
+    Eval,
+    /// FCALL of the library's function ([`super::library`]).
+    Function,
+}
+
+/// The server's batch call for `segments` on its clock: FCALL once the library
+/// loaded (`functions`), else EVALSHA; send it with [`super::fcall`] or
+/// [`super::evalsha`] as [`Cmd`]'s first word says ([`sends_fcall`]).
+pub fn batch_call<K: AsRef<str>>(
+    layout: Layout,
+    segments: &[Segment<'_, K>],
+    functions: &super::Functions,
+) -> Cmd {
+    let via = if functions.enabled() {
+        Via::Function
+    } else {
+        Via::Eval
+    };
+    batch_cmd_with((layout, via), segments, None, redis_clock_estimate())
+}
+
+/// Whether `cmd` is an FCALL.
+pub fn sends_fcall(cmd: &Cmd) -> bool {
+    matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(b"FCALL")))
 }
 
 /// For tests of clocks apart: [`batch_cmd`] with Redis's clock injected as `now_ms`
@@ -201,12 +241,17 @@ pub fn batch_cmd_around<K: AsRef<str>>(
     now_ms: u64,
     tollgate_ms: u64,
 ) -> Cmd {
-    batch_cmd_with(Layout::Declared, segments, Some(now_ms), tollgate_ms)
+    batch_cmd_with(
+        (Layout::Declared, Via::Eval),
+        segments,
+        Some(now_ms),
+        tollgate_ms,
+    )
 }
 
 /// The command of [`batch_cmd_in`], calendar periods chosen around `around_ms`.
 fn batch_cmd_with<K: AsRef<str>>(
-    layout: Layout,
+    (layout, via): (Layout, Via),
     segments: &[Segment<'_, K>],
     now_ms: Option<u64>,
     around_ms: u64,
@@ -215,7 +260,13 @@ fn batch_cmd_with<K: AsRef<str>>(
     let n = entries.len();
     let key_bytes: usize = entries.iter().map(|e| e.key.len()).sum();
     let mut cmd = Cmd::with_capacity(6 + 2 * n, 72 + key_bytes + n * (OP_LEN + 1));
-    cmd.arg("EVALSHA").arg(layout.script().get_hash());
+    match via {
+        Via::Eval => cmd.arg("EVALSHA").arg(layout.script().get_hash()),
+        Via::Function => cmd.arg("FCALL").arg(match layout {
+            Layout::Declared => LIBRARY.batch.as_str(),
+            Layout::AnySlot => LIBRARY.batch_any_slot.as_str(),
+        }),
+    };
     match layout {
         Layout::Declared => cmd.arg(n),
         Layout::AnySlot => cmd.arg(0).arg(n),

@@ -18,22 +18,22 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind
 use crate::algorithm::Algorithm;
 
 mod command;
+mod library;
 mod reply;
 mod runs;
 
 use command::Flag;
 pub use command::{
-    Layout, Refund, Segment, WireOp, batch_cmd, batch_cmd_around, batch_cmd_in, learn_redis_clock,
-    redis_clock_estimate, refund_cmd,
+    Layout, Refund, Segment, Via, WireOp, batch_call, batch_cmd, batch_cmd_around, batch_cmd_in,
+    batch_cmd_via, learn_redis_clock, redis_clock_estimate, refund_cmd, sends_fcall,
 };
+pub use library::{Functions, LIBRARY, fcall};
 pub use reply::{Reply, parse_batch_reply};
 
-/// The shebang (it must be the script's first line) and the unpacking of the keys
-/// from ARGV: `ARGV[1]` is their number n, `ARGV[2..n+1]` the keys, the rest what the
+/// The any-slot variant's unpacking of the keys from ARGV (after its shebang, which must
+/// be the script's first line, or inside its library function): `ARGV[1]` is their number n, `ARGV[2..n+1]` the keys, the rest what the
 /// declared layout passes as ARGV. A copy per call is a few table stores per key.
-const ANY_SLOT_PRELUDE: &str = "#!lua flags=allow-cross-slot-keys
-local ANY_SLOT = true
-local KEYS, ARGV = {}, ARGV
+const ANY_SLOT_KEYS: &str = "local KEYS, ARGV = {}, ARGV
 do
   local all, n = ARGV, tonumber(ARGV[1])
   if n == nil or n < 0 or n % 1 ~= 0 or #all < n + 1 then
@@ -99,7 +99,9 @@ pub static BATCH: LazyLock<Script> = LazyLock::new(|| {
 /// `KEYS` and `ARGV` it reads.
 pub static BATCH_ANY_SLOT: LazyLock<Script> = LazyLock::new(|| {
     let body = assemble(include_str!("../../../../lua/batch.lua"));
-    Script::new(&format!("{ANY_SLOT_PRELUDE}{body}"))
+    Script::new(&format!(
+        "#!lua flags=allow-cross-slot-keys\nlocal ANY_SLOT = true\n{ANY_SLOT_KEYS}{body}"
+    ))
 });
 pub static REFUND: LazyLock<Script> =
     LazyLock::new(|| Script::new(&assemble(include_str!("../../../../lua/refund.lua"))));
