@@ -4,10 +4,10 @@
 -- KEYS[i]   the counter of operation i, all segments' operations in order. On a
 --           cluster, either every key shares one hash slot and the call routes by
 --           KEYS[1], or (the any-slot variant, BATCH_ANY_SLOT in store/redis/scripts/) no key
---           is declared, the call goes to one master by address, and a prelude takes
---           KEYS from ARGV: Redis then checks each key as it is touched, and a key
---           the node does not serve fails the call. Every key is read before any is
---           written, so such a call writes nothing.
+--           is declared, the call goes to one master by address, and `batch` takes
+--           KEYS from ARGV (ANY_SLOT): Redis then checks each key as it is touched,
+--           and a key the node does not serve fails the call, which then gives back
+--           what it took (see `done` below), so such a call leaves nothing.
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
 -- ARGV[1+i] operation i, 43 bytes, struct.pack('<BBddddBd', f, id, limit, window ms,
@@ -60,20 +60,19 @@
 -- An operation is one argument, parsed once per call (the operations of one call
 -- mostly repeat: same rule, same cost) into the one table they share.
 
-local KEYS, ARGV, tonumber = KEYS, ARGV, tonumber
--- The reply and its length (a counter: no `#out` per operation).
-local out, o = {}, 0
-
-local now_ms, now_us
-local injected = ARGV[1] ~= ''
-if injected then
-  now_ms = tonumber(ARGV[1])
-  now_us = now_ms * 1000
-else
-  local t = redis.call('TIME')
-  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  now_ms = math.floor(now_us / 1000)
-end
+-- `batch(KEYS, ARGV)` at the end is the entry point. Everything before it is made
+-- once per load of the code: per call for EVALSHA (the script ends with `return
+-- batch(KEYS, ARGV)`), once for the function library (scripts/library.rs), so the
+-- helpers and scratch tables here are not made again by each call. The call's state
+-- lives in these upvalues, set by `batch` at its start; nothing of one call is read
+-- by the next but the scratch, always written before it is read.
+local tonumber = tonumber
+-- The call's keys and arguments, the reply (out), the clock, the parsed operations
+-- (specs), the general path's per-counter tables (state, stored, writer: made only
+-- when that path runs), an any-slot call's log of what `take` kept (done, d), the
+-- operations' count and run lengths.
+local call_keys, call_argv, out, now_ms, now_us, injected, specs, skewed
+local state, stored, writer, done, d, count, runs
 
 -- Parsed operations by their bytes: Lua interns strings, so a repeat is one lookup.
 -- decide is the module's, kept here to save a lookup per operation. An operation is
@@ -83,9 +82,7 @@ local OP, OP_LEN, PLUS, MINUS, DOT = '<BBddddBd', 43, 43, 45, 46
 -- An operation of a time_zone rule has its periods' 48 bytes after its own. When
 -- Redis's clock is in none of them, the call fails with CLOCK and that clock (ms).
 local CAL_LEN, CLOCK = 48, 'tollgate: calendar clock '
-local specs = {}
--- Set when an operation's calendar periods do not hold Redis's clock.
-local skewed = false
+-- skewed is set when an operation's calendar periods do not hold Redis's clock.
 local function parse(text)
   if text == nil or (#text ~= OP_LEN and #text ~= OP_LEN + CAL_LEN) then return nil end
   local flag, id, limit, window, burst, max_delay, flags, cost = struct.unpack(OP, text)
@@ -125,14 +122,12 @@ local function parse(text)
   return p
 end
 
--- Per counter, across the whole call: its committed state (`false` = none stored),
--- the state Redis held, and the spec of the last operation that changed it (the
--- counters to write at the end). Why so few functions and tables: every one is made
--- anew on each call (a script's top level runs per call), and they cost Redis about
--- as much as a decision.
-local state, stored, writer = {}, {}, {}
+-- state, stored, writer: per counter, across the whole call, its committed state
+-- (`false` = none stored), the state Redis held, and the spec of the last operation
+-- that changed it (the counters to write at the end). Why so few tables: each one
+-- made per call costs Redis about as much as a decision.
 -- The scratch of one request's operations on the path that increments first: their
--- specs and their replies (reused by every request of the call).
+-- specs and their replies (reused by every request, and in a library every call).
 local seg, r1, r2, r3, r4 = {}, {}, {}, {}, {}
 
 -- Replaces the full-form reply at `at` of an allowed operation of a segment that does
@@ -153,27 +148,9 @@ end
 -- by slot, so hits kept here would be counted twice. There, what `take` kept is
 -- logged in `done` (its key and spec, in order) and given back when the call fails.
 -- Only there: the log costs two table stores per operation, about 5% of a decision.
-local done, d = {}, 0
-local count = #KEYS
--- Run lengths, when some operation stands for several requests (see the header).
-local runs = ARGV[count + 2]
-if runs ~= nil then
-  if #runs ~= count then return redis.error_reply('tollgate: malformed runs') end
-  runs = { string.byte(runs, 1, -1) }
-end
--- Every operation parsed before any is decided: a malformed one fails the call
--- before `take` has written anything.
-for i = 1, count do
-  local text = ARGV[1 + i]
-  if specs[text] == nil and parse(text) == nil then
-    if skewed then return redis.error_reply(CLOCK .. int(now_ms)) end
-    return redis.error_reply('tollgate: malformed operation ' .. i)
-  end
-end
-
 local function decide_all()
   -- Locals, not the chunk's upvalues: read and written for every operation.
-  local KEYS, ARGV, out, specs, state, seg, done = KEYS, ARGV, out, specs, state, seg, done
+  local KEYS, ARGV, out, specs, seg, done = call_keys, call_argv, out, specs, seg, done
   local r1, r2, r3, r4, now_ms, injected, runs, count = r1, r2, r3, r4, now_ms, injected, runs, count
   local o, d, held, last_reset, last_third, last_token = 0, 0, false, nil, nil, nil
   local first = 1
@@ -262,7 +239,10 @@ local function decide_all()
         end
       end
     elseif last == first and not p.dry then
+      if not held then
       held = true
+      state, stored, writer = {}, {}, {}
+    end
       -- One operation (one descriptor per request is the common case), or a run of
       -- such requests on one counter: no tables, and the counter's state kept here.
       local key, k = KEYS[first], 1
@@ -309,7 +289,10 @@ local function decide_all()
         end
       end
       -- Several operations, or a dry run: full forms, decided on tentative states.
+      if not held then
       held = true
+      state, stored, writer = {}, {}, {}
+    end
       local base = o
       local tentative, last_writer = {}, {}
       local vetoed = p.dry
@@ -369,33 +352,101 @@ local function decide_all()
   return o
 end
 
-local ok, failed = pcall(decide_all)
-if ok then
-  o = failed
-else
-  -- Every failure is raised (error with its reply): what `take` logged is given back.
-  while done[d + 1] ~= nil do d = d + 2 end
-  for i = d, 2, -2 do
-    local q = done[i]
-    q.untake(done[i - 1], q, 0)
+-- The any-slot variant's keys come in ARGV after their count (no key is declared: see
+-- Layout::AnySlot in store/redis/scripts/): nil for a malformed count.
+local function any_slot_keys(argv)
+  local n = tonumber(argv[1])
+  if n == nil or n < 0 or n % 1 ~= 0 or #argv < n + 1 then return nil end
+  local keys, rest, r = {}, {}, 0
+  for i = 1, n do keys[i] = argv[1 + i] end
+  for i = n + 2, #argv do
+    r = r + 1
+    rest[r] = argv[i]
   end
-  -- A command's error is raised as a table with its reply ({err = ...}), as are
-  -- decide_all's own.
-  if type(failed) == 'table' then return failed end
-  return redis.error_reply(tostring(failed))
+  return keys, rest
 end
 
--- Each changed counter's final state is written once, with its TTL.
-for key, q in pairs(writer) do
-  q.algo.save(key, state[key], q, now_ms, injected, now_us, stored[key], out)
+-- The reply's struct formats by their count of numbers (at most 200), made once.
+local FORMATS = {}
+local function packed(i, j)
+  local n = j - i + 1
+  local format = FORMATS[n]
+  if format == nil then
+    format = '<' .. string.rep('d', n)
+    FORMATS[n] = format
+  end
+  return struct.pack(format, unpack(out, i, j))
 end
 
--- In chunks: unpack puts every value of a chunk on Lua's C stack (at most 8000).
-local parts, i = {}, 1
-while i <= o do
-  local j = i + 199
-  if j > o then j = o end
-  parts[#parts + 1] = struct.pack('<' .. string.rep('d', j - i + 1), unpack(out, i, j))
-  i = j + 1
+local function batch(KEYS, ARGV)
+  if ANY_SLOT then
+    KEYS, ARGV = any_slot_keys(ARGV)
+    if KEYS == nil then return redis.error_reply('tollgate: malformed key count') end
+  end
+  call_keys, call_argv, out = KEYS, ARGV, {}
+  injected = ARGV[1] ~= ''
+  if injected then
+    now_ms = tonumber(ARGV[1])
+    now_us = now_ms * 1000
+  else
+    local t = redis.call('TIME')
+    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now_ms = floor(now_us / 1000)
+  end
+  specs, skewed, state, stored, writer, d = {}, false, nil, nil, nil, 0
+  done = nil
+  if ANY_SLOT then done = {} end
+  count = #KEYS
+  -- Run lengths, when some operation stands for several requests (see the header).
+  runs = ARGV[count + 2]
+  if runs ~= nil then
+    if #runs ~= count then return redis.error_reply('tollgate: malformed runs') end
+    runs = { string.byte(runs, 1, -1) }
+  end
+  -- Every operation parsed before any is decided: a malformed one fails the call
+  -- before `take` has written anything.
+  for i = 1, count do
+    local text = ARGV[1 + i]
+    if specs[text] == nil and parse(text) == nil then
+      if skewed then return redis.error_reply(CLOCK .. int(now_ms)) end
+      return redis.error_reply('tollgate: malformed operation ' .. i)
+    end
+  end
+
+  local o
+  local ok, failed = pcall(decide_all)
+  if ok then
+    o = failed
+  else
+    -- Every failure is raised (error with its reply): what `take` logged is given back.
+    if done then
+      while done[d + 1] ~= nil do d = d + 2 end
+      for i = d, 2, -2 do
+        local q = done[i]
+        q.untake(done[i - 1], q, 0)
+      end
+    end
+    -- A command's error is raised as a table with its reply ({err = ...}), as are
+    -- decide_all's own.
+    if type(failed) == 'table' then return failed end
+    return redis.error_reply(tostring(failed))
+  end
+
+  -- Each changed counter's final state is written once, with its TTL.
+  if writer then
+    for key, q in pairs(writer) do
+      q.algo.save(key, state[key], q, now_ms, injected, now_us, stored[key], out)
+    end
+  end
+
+  -- In chunks: unpack puts every value of a chunk on Lua's C stack (at most 8000).
+  if o <= 200 then return packed(1, o) end
+  local parts, i = {}, 1
+  while i <= o do
+    local j = i + 199
+    if j > o then j = o end
+    parts[#parts + 1] = packed(i, j)
+    i = j + 1
+  end
+  return table.concat(parts)
 end
-return table.concat(parts)

@@ -11,7 +11,7 @@ use crate::differential::loaded_connection;
 use std::sync::Arc;
 
 use tollgate::algorithm::{Algorithm, Params};
-use tollgate::store::redis::scripts::{self, Layout, Segment, WireOp};
+use tollgate::store::redis::scripts::{self, Layout, Segment, Via, WireOp};
 use tollgate::store::{CounterKey, CounterOp};
 
 /// `calls=` of `command` in `INFO commandstats` (0 when never called).
@@ -151,7 +151,7 @@ async fn distinct_counters_cost_one_command_each_and_a_veto_keeps_nothing() {
 /// Two keys of one master and, last, a key of another, sent to the first master as one
 /// any-slot call (as after a reshard moved the last key's slot away): Redis refuses
 /// the command touching the last key, after the first two were taken. The call fails
-/// as a misroute and the first two hold nothing.
+/// as a misroute and the first two hold nothing, by EVALSHA and by FCALL.
 #[tokio::test]
 async fn an_any_slot_call_refused_midway_keeps_nothing() {
     let cluster = common::redis::cluster();
@@ -186,6 +186,13 @@ async fn an_any_slot_call_refused_midway_keeps_nothing() {
         .load_async(&mut conn)
         .await
         .expect("SCRIPT LOAD");
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&scripts::LIBRARY.source)
+        .query_async(&mut conn)
+        .await
+        .expect("FUNCTION LOAD");
     let ops = [limit_op(1000)];
     let segments: Vec<Segment<'_, String>> = keys
         .chunks(1)
@@ -195,17 +202,19 @@ async fn an_any_slot_call_refused_midway_keeps_nothing() {
             dry_run: false,
         })
         .collect();
-    let err = scripts::batch_cmd_in(Layout::AnySlot, &segments, None)
-        .query_async::<Vec<u8>>(&mut conn)
-        .await
-        .expect_err("a key of another master is refused");
-    assert!(err.to_string().contains("non local key"), "{err}");
-    for key in &mine {
-        let stored = common::redis::redis_cli_cluster(cluster, &["GET", key]);
-        assert_eq!(
-            common::redis::fixed_window_count(&stored),
-            0,
-            "{key} keeps nothing: {stored:?}"
-        );
+    for via in [Via::Eval, Via::Function] {
+        let err = scripts::batch_cmd_via((Layout::AnySlot, via), &segments, None)
+            .query_async::<Vec<u8>>(&mut conn)
+            .await
+            .expect_err("a key of another master is refused");
+        assert!(err.to_string().contains("non local key"), "{via:?}: {err}");
+        for key in &mine {
+            let stored = common::redis::redis_cli_cluster(cluster, &["GET", key]);
+            assert_eq!(
+                common::redis::fixed_window_count(&stored),
+                0,
+                "{via:?}: {key} keeps nothing: {stored:?}"
+            );
+        }
     }
 }

@@ -25,7 +25,7 @@ use redis::aio::ConnectionLike;
 use redis::{Arg, Cmd, RedisResult};
 use sha2::{Digest, Sha256};
 
-use super::{ANY_SLOT_KEYS, assemble};
+use super::batch_code;
 
 /// The library's source, name and function names.
 pub struct Library {
@@ -38,18 +38,12 @@ pub struct Library {
 }
 
 pub static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
-    let entry = include_str!("../../../../lua/batch.lua");
-    // Each function's code, built by its first call (see the module's header).
-    let build = |any_slot: bool| {
-        let keys = if any_slot { ANY_SLOT_KEYS } else { "" };
-        format!(
-            "local ANY_SLOT = {any_slot}\n{}",
-            assemble(&format!(
-                "return function(KEYS, ARGV)\n{keys}{entry}\nend\n"
-            ))
-        )
-    };
-    let (declared, any) = (build(false), build(true));
+    // Each function's code, built by its first call (see the module's header): what
+    // lua/batch.lua makes once, ending with its entry point.
+    let (declared, any) = (
+        batch_code(false, "return batch"),
+        batch_code(true, "return batch"),
+    );
     let digest = Sha256::digest(format!("{declared}{any}").as_bytes());
     let tag: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
     let name = format!("tollgate_{tag}");

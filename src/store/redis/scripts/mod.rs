@@ -30,25 +30,6 @@ pub use command::{
 pub use library::{Functions, LIBRARY, fcall};
 pub use reply::{Reply, parse_batch_reply};
 
-/// The any-slot variant's unpacking of the keys from ARGV (after its shebang, which must
-/// be the script's first line, or inside its library function): `ARGV[1]` is their number n, `ARGV[2..n+1]` the keys, the rest what the
-/// declared layout passes as ARGV. A copy per call is a few table stores per key.
-const ANY_SLOT_KEYS: &str = "local KEYS, ARGV = {}, ARGV
-do
-  local all, n = ARGV, tonumber(ARGV[1])
-  if n == nil or n < 0 or n % 1 ~= 0 or #all < n + 1 then
-    return redis.error_reply('tollgate: malformed key count')
-  end
-  local rest, r = {}, 0
-  for i = 1, n do KEYS[i] = all[1 + i] end
-  for i = n + 2, #all do
-    r = r + 1
-    rest[r] = all[i]
-  end
-  ARGV = rest
-end
-";
-
 const COMMON: &str = include_str!("../../../../lua/common.lua");
 
 /// `lua/common.lua`, the generated dispatch, then `entry`.
@@ -84,12 +65,17 @@ fn assemble(entry: &str) -> String {
     body
 }
 
-/// The batch script for a call whose keys are declared (standalone, or one slot).
-/// `ANY_SLOT` (false here) tells lua/batch.lua no key of the call can be refused.
-pub static BATCH: LazyLock<Script> = LazyLock::new(|| {
+/// lua/batch.lua with the shared code before it, for one layout: `ANY_SLOT` tells it
+/// whether its keys come in ARGV (see [`BATCH_ANY_SLOT`]); its entry point is the
+/// function `batch`, which `tail` calls (a script) or returns (to a library).
+pub(crate) fn batch_code(any_slot: bool, tail: &str) -> String {
     let body = assemble(include_str!("../../../../lua/batch.lua"));
-    Script::new(&format!("local ANY_SLOT = false\n{body}"))
-});
+    format!("local ANY_SLOT = {any_slot}\n{body}\n{tail}\n")
+}
+
+/// The batch script for a call whose keys are declared (standalone, or one slot).
+pub static BATCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&batch_code(false, "return batch(KEYS, ARGV)")));
 /// The batch script for every slot one cluster master owns: declares no key (so the
 /// call goes to the master it is sent to, by address, never redirected) and may touch
 /// keys of any slot that node owns (Redis 7's `allow-cross-slot-keys`); a key the
@@ -98,9 +84,10 @@ pub static BATCH: LazyLock<Script> = LazyLock::new(|| {
 /// come first in ARGV, after their count; the prelude gives `lua/batch.lua` the
 /// `KEYS` and `ARGV` it reads.
 pub static BATCH_ANY_SLOT: LazyLock<Script> = LazyLock::new(|| {
-    let body = assemble(include_str!("../../../../lua/batch.lua"));
+    // The shebang must be the script's first line.
     Script::new(&format!(
-        "#!lua flags=allow-cross-slot-keys\nlocal ANY_SLOT = true\n{ANY_SLOT_KEYS}{body}"
+        "#!lua flags=allow-cross-slot-keys\n{}",
+        batch_code(true, "return batch(KEYS, ARGV)")
     ))
 });
 pub static REFUND: LazyLock<Script> =
