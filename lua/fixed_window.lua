@@ -37,6 +37,16 @@ local function current(p, now_ms)
   return start
 end
 
+-- A spec kept across calls (a function library keeps parsed operations: batch.lua's
+-- `kept`) has its clock's fields made again for each call; the values cached for a
+-- window go when the window does.
+function fixed_window.fresh(p, now_ms)
+  local start = p.fw_start
+  current(p, now_ms)
+  if p.fw_start ~= start then p.fw_set = nil end
+  p.fw_ttl = nil
+end
+
 -- The state a value holds for the current window: w is the window's start when the
 -- low bits name it, -1 (any other window) when not.
 local function parse(v, p, start)
