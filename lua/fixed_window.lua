@@ -109,6 +109,21 @@ local function text(p, field, n)
   return t
 end
 
+-- Writes a value of the current window with its TTL (the window's end) in one SET;
+-- with an injected clock (tests) no TTL: real time does not follow it.
+local function set_window(key, p, value, now_ms, injected)
+  if injected then
+    redis.call('SET', key, value)
+    return
+  end
+  local ttl = p.fw_ttl
+  if ttl == nil then
+    ttl = ttl_ms(p.fw_end - now_ms)
+    p.fw_ttl = ttl
+  end
+  redis.call('SET', key, value, 'PX', ttl)
+end
+
 -- TTL: the rest of the window, an instant fixed by w: a value stored in the same
 -- window already has it (INCRBY keeps a TTL), so only a new window (or a legacy hash)
 -- sets it, in the one SET that writes the value.
@@ -122,19 +137,9 @@ function fixed_window.save(key, s, p, now_ms, injected, _, stored)
     redis.call('INCRBY', key, text(p, 'fw_add', (c - stored.c) * SHIFT))
     return
   end
-  local value = text(p, 'fw_set', c * SHIFT + s.w % SHIFT)
-  if injected then
-    redis.call('SET', key, value)
-    return
-  end
   -- Every save of this spec in this call is in the one window of the call's clock:
   -- s.w is that window (decide wrote it), whose end current() kept.
-  local ttl = p.fw_ttl
-  if ttl == nil then
-    ttl = ttl_ms(p.fw_end - now_ms)
-    p.fw_ttl = ttl
-  end
-  redis.call('SET', key, value, 'PX', ttl)
+  set_window(key, p, text(p, 'fw_set', c * SHIFT + s.w % SHIFT), now_ms, injected)
 end
 
 function fixed_window.refund(key, p, token, cost)
@@ -178,17 +183,7 @@ end
 
 -- A new window's value (the cost) with its TTL, in one SET.
 local function take_new(key, p, now_ms, injected)
-  local value = text(p, 'fw_set', p.cost * SHIFT + p.fw_low)
-  if injected then
-    redis.call('SET', key, value)
-  else
-    local ttl = p.fw_ttl
-    if ttl == nil then
-      ttl = ttl_ms(p.fw_end - now_ms)
-      p.fw_ttl = ttl
-    end
-    redis.call('SET', key, value, 'PX', ttl)
-  end
+  set_window(key, p, text(p, 'fw_set', p.cost * SHIFT + p.fw_low), now_ms, injected)
   return p.limit - p.cost, p.fw_reset, 0, p.fw_start
 end
 

@@ -131,14 +131,19 @@ pub(crate) async fn loaded_connection(
         .load_async(&mut conn)
         .await
         .expect("SCRIPT LOAD");
+    load_library(&mut conn).await;
+    conn
+}
+
+/// Loads the function library on `conn`'s server, for calls by FCALL.
+pub(crate) async fn load_library(conn: &mut redis::aio::MultiplexedConnection) {
     let _: String = redis::cmd("FUNCTION")
         .arg("LOAD")
         .arg("REPLACE")
         .arg(&scripts::LIBRARY.source)
-        .query_async(&mut conn)
+        .query_async(conn)
         .await
         .expect("FUNCTION LOAD");
-    conn
 }
 
 async fn run(algorithm: Algorithm, seed: u64) {

@@ -12,16 +12,7 @@ use tollgate::algorithm::{Algorithm, Params};
 use tollgate::store::redis::connect::RedisTarget;
 use tollgate::store::{CounterKey, CounterOp, Store};
 
-/// `calls=` of `command` in `INFO commandstats` (0 when never called).
-fn calls(port: u16, command: &str) -> u64 {
-    let info = common::redis::redis_cli(port, &["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
+use common::redis::command_calls as calls;
 
 fn op(tenant: &str) -> CounterOp {
     let params = Params {

@@ -6,50 +6,16 @@
 //! fails having kept nothing, so the request decided again by slot counts once.
 
 use crate::common;
-use crate::differential::loaded_connection;
+use crate::differential::{load_library, loaded_connection};
+use crate::script_work::fixed_window_op;
 
-use std::sync::Arc;
-
-use tollgate::algorithm::{Algorithm, Params};
 use tollgate::store::redis::scripts::{self, Layout, Segment, Via, WireOp};
-use tollgate::store::{CounterKey, CounterOp};
 
-/// `calls=` of `command` in `INFO commandstats` (0 when never called).
-fn calls(port: u16, command: &str) -> u64 {
-    let info = common::redis::redis_cli(port, &["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
+use common::redis::command_calls as calls;
 
+/// A fixed window of `limit` a day (`script_work`'s), as the scripts read it.
 fn limit_op(limit: u64) -> WireOp {
-    let params = Params {
-        algorithm: Algorithm::FixedWindow,
-        limit,
-        // A day: no run straddles two windows in practice.
-        window_ms: 86_400_000,
-        burst: limit,
-        max_delay_ms: None,
-        calendar: None,
-    };
-    WireOp::new(&CounterOp {
-        key: CounterKey {
-            domain: Arc::from("increment_first"),
-            rule: Arc::from("r"),
-            entries: Default::default(),
-            algorithm: Algorithm::FixedWindow,
-            window_secs: 86_400,
-            time_zone: None,
-            hash_tag: None,
-        },
-        params,
-        cost: 1,
-        vetoes: true,
-        mode: tollgate::algorithm::Mode::Limit,
-    })
+    WireOp::new(&fixed_window_op(limit))
 }
 
 fn count_of(conn_port: u16, key: &str) -> u64 {
@@ -186,13 +152,7 @@ async fn an_any_slot_call_refused_midway_keeps_nothing() {
         .load_async(&mut conn)
         .await
         .expect("SCRIPT LOAD");
-    let _: String = redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(&scripts::LIBRARY.source)
-        .query_async(&mut conn)
-        .await
-        .expect("FUNCTION LOAD");
+    load_library(&mut conn).await;
     let ops = [limit_op(1000)];
     let segments: Vec<Segment<'_, String>> = keys
         .chunks(1)

@@ -15,18 +15,9 @@ use tollgate::algorithm::{Algorithm, Params};
 use tollgate::store::redis::scripts::{self, Refund, Segment, WireOp};
 use tollgate::store::{CounterKey, CounterOp};
 
-/// `calls=` of `command` in `INFO commandstats` (0 when never called).
-fn calls(port: u16, command: &str) -> u64 {
-    let info = common::redis::redis_cli(port, &["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
+use common::redis::command_calls as calls;
 
-fn fixed_window_op(limit: u64) -> CounterOp {
+pub(crate) fn fixed_window_op(limit: u64) -> CounterOp {
     let params = Params {
         algorithm: Algorithm::FixedWindow,
         limit,

@@ -105,3 +105,15 @@ pub(super) fn run(command: &mut Command, timeout: Duration) -> Result<Output, St
 pub fn fixed_window_count(stored: &str) -> u64 {
     stored.trim().parse::<u64>().unwrap_or(0) >> tollgate::algorithm::fixed_window::VALUE_SHIFT
 }
+
+/// `calls=` of `command` (as `INFO commandstats` names it: `fcall`, `script|load`) on
+/// the server at `port`; 0 when never called.
+pub fn command_calls(port: u16, command: &str) -> u64 {
+    let info = redis_cli(port, &["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
