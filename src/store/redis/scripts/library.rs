@@ -16,7 +16,7 @@
 //! (`FUNCTION FLUSH`) answers "Function not found", and the call loads the library on
 //! that connection and goes again, as EVALSHA does on NOSCRIPT. A server without
 //! functions (Redis before 7) refuses the load at start, or FCALL later ("unknown
-//! command"): calls then go by EVALSHA, for the whole process.
+//! command"): that store's calls then go by EVALSHA ([`Functions`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
