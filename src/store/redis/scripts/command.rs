@@ -1,141 +1,16 @@
-//! The batch and refund scripts' commands: one operation's encoding ([`WireOp`]),
-//! a request's operations as a [`Segment`], and the EVALSHA of each script written
-//! straight into one command buffer, with its keys declared ([`Layout::Declared`]: one
-//! standalone server, or one hash slot) or passed as arguments to the cluster's
-//! any-slot variant ([`Layout::AnySlot`]: every slot of one master).
+//! The batch and refund scripts' commands: a request's operations as a [`Segment`],
+//! and the call of each script (FCALL of the library or EVALSHA) written straight into
+//! one command buffer, with its keys declared ([`Layout::Declared`]: one standalone
+//! server, or one hash slot) or passed as arguments to the cluster's any-slot variant
+//! ([`Layout::AnySlot`]: every slot of one master). One operation's encoding is
+//! [`super::wire`].
 
 use redis::{Cmd, Script};
 
 use super::library::LIBRARY;
 use super::runs;
+use super::wire::{Flag, OP_LEN, WireOp, redis_clock_estimate};
 use super::{BATCH, BATCH_ANY_SLOT, REFUND};
-use crate::algorithm::calendar::Calendar;
-use std::sync::atomic::{AtomicI64, Ordering};
-
-use crate::clock::{Clock, SystemClock};
-use crate::store::CounterOp;
-
-/// One operation as both scripts read it, owned and `Copy` so a request can wait in
-/// the batcher's queue, or for its refund, without borrowing from its caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WireOp {
-    pub(super) algorithm: u8,
-    pub(super) limit: u64,
-    pub(super) window_ms: u64,
-    pub(super) burst: u64,
-    pub(super) max_delay_ms: i64,
-    pub(super) cost: u64,
-    pub(super) vetoes: bool,
-    /// `time_zone`: the periods are sent with the operation ([`CALENDAR_LEN`]).
-    pub(super) calendar: Option<Calendar>,
-    /// The mode's bits, `Mode::wire_bits` (bits 1-2 of the flags byte).
-    pub(super) mode: u8,
-}
-
-/// The bytes [`WireOp::write`] makes: struct format `<BBddddBd` in the scripts (a
-/// flag, the algorithm id, limit, window, burst, max delay as little-endian doubles,
-/// the flags byte (vetoes, mode), the cost as a double).
-const OP_LEN: usize = 1 + 1 + 4 * 8 + 1 + 8;
-
-/// Redis's clock minus tollgate's (ms), as the batch script last reported it when a
-/// calendar's periods missed Redis's clock ([`learn_redis_clock`]); 0 until then.
-/// The periods are chosen around tollgate's clock plus this, so clocks that differ
-/// by more than a period (a host whose clock is off, a test that sets Redis's) cost
-/// one failed call, not wrong periods.
-static REDIS_AHEAD_MS: AtomicI64 = AtomicI64::new(0);
-
-/// Notes that Redis's clock read `redis_ms` just now.
-pub fn learn_redis_clock(redis_ms: u64) {
-    let ours = i128::from(SystemClock.now_millis());
-    let ahead = (i128::from(redis_ms) - ours).clamp(i128::from(i64::MIN), i128::from(i64::MAX));
-    REDIS_AHEAD_MS.store(ahead as i64, Ordering::Relaxed);
-}
-
-/// Tollgate's best idea of Redis's clock: its own, moved by what it learned.
-pub fn redis_clock_estimate() -> u64 {
-    SystemClock
-        .now_millis()
-        .saturating_add_signed(REDIS_AHEAD_MS.load(Ordering::Relaxed))
-}
-
-/// The bytes an operation with a calendar adds after [`OP_LEN`]: the starts of six
-/// consecutive periods around tollgate's clock (`Calendar::bounds_around`), as
-/// little-endian doubles (whole milliseconds, exact below 2^53). The script cannot
-/// read a time-zone database, so it picks Redis's period among these.
-const CALENDAR_LEN: usize = 6 * 8;
-
-/// Where an operation stands in its call, the first byte of its encoding (see
-/// `lua/batch.lua`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Flag {
-    /// The first operation of a request.
-    Starts = b'+' as isize,
-    /// The first operation of a request decided as a dry run.
-    StartsDry = b'-' as isize,
-    /// A further operation of the same request (and every refund operation).
-    Continues = b'.' as isize,
-}
-
-impl WireOp {
-    pub fn new(op: &CounterOp) -> Self {
-        let p = &op.params;
-        Self {
-            algorithm: p.algorithm.id(),
-            limit: p.limit,
-            window_ms: p.window_ms.max(1000),
-            burst: p.burst,
-            max_delay_ms: p
-                .max_delay_ms
-                .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
-            // Lua numbers are doubles: costs above the burst or limit are all equally
-            // impossible, so they are clamped to stay exact. A charge, a release or a
-            // lease counts in full (up to 2^53, where doubles stop being exact).
-            cost: if !op.commits() {
-                op.cost.min(p.limit.max(p.burst).saturating_add(1))
-            } else {
-                op.cost.min(1 << 53)
-            },
-            vetoes: op.vetoes,
-            calendar: p.calendar,
-            mode: op.mode.wire_bits(),
-        }
-    }
-
-    /// The encoder: appends this operation to `cmd` as one argument of [`OP_LEN`]
-    /// bytes, numbers as the doubles Lua computes with. Why one argument: the script
-    /// parses each distinct operation once per call, and a call's operations mostly
-    /// repeat (same rule, same cost); why binary: one `struct.unpack` reads it, where
-    /// matching a text made a Lua string per field and converted each (about a
-    /// microsecond per call, as much as a decision), and formatting decimals here
-    /// cost tollgate too. A u64 becomes the double nearest to it, as Lua's
-    /// `tonumber` of its decimal did. A calendar's periods are those around
-    /// `around_ms` (tollgate's clock, or a test's injected one).
-    fn write(&self, cmd: &mut Cmd, flag: Flag, around_ms: u64) {
-        let mut buf = [0u8; OP_LEN + CALENDAR_LEN];
-        buf[0] = flag as u8;
-        buf[1] = self.algorithm;
-        let numbers = [
-            self.limit as f64,
-            self.window_ms as f64,
-            self.burst as f64,
-            self.max_delay_ms as f64,
-        ];
-        for (i, x) in numbers.into_iter().enumerate() {
-            buf[2 + 8 * i..10 + 8 * i].copy_from_slice(&x.to_le_bytes());
-        }
-        buf[34] = u8::from(self.vetoes) | self.mode;
-        buf[35..OP_LEN].copy_from_slice(&(self.cost as f64).to_le_bytes());
-        let Some(calendar) = self.calendar else {
-            cmd.arg(&buf[..OP_LEN]);
-            return;
-        };
-        for (i, start) in calendar.bounds_around(around_ms).into_iter().enumerate() {
-            let at = OP_LEN + 8 * i;
-            buf[at..at + 8].copy_from_slice(&(start as f64).to_le_bytes());
-        }
-        cmd.arg(&buf[..]);
-    }
-}
 
 /// One request's operations in a batch call: decided all or nothing, independently
 /// of the other segments of the same call. A segment without operations sends
@@ -317,7 +192,7 @@ pub fn refund_cmd(refunds: &[&Refund]) -> Cmd {
 mod tests {
     use super::*;
     use crate::config::{Limit, Unit};
-    use crate::store::CounterKey;
+    use crate::store::{CounterKey, CounterOp};
     use std::sync::Arc;
 
     fn op(limit: u32, cost: u64, vetoes: bool) -> CounterOp {

@@ -21,14 +21,16 @@ mod command;
 mod library;
 mod reply;
 mod runs;
+mod wire;
 
-use command::Flag;
 pub use command::{
-    Layout, Refund, Segment, Via, WireOp, batch_call, batch_cmd, batch_cmd_around, batch_cmd_in,
-    batch_cmd_via, learn_redis_clock, redis_clock_estimate, refund_cmd, sends_fcall,
+    Layout, Refund, Segment, Via, batch_call, batch_cmd, batch_cmd_around, batch_cmd_in,
+    batch_cmd_via, refund_cmd, sends_fcall,
 };
 pub use library::{Functions, LIBRARY, fcall};
 pub use reply::{Reply, parse_batch_reply};
+use wire::Flag;
+pub use wire::{WireOp, learn_redis_clock, redis_clock_estimate};
 
 const COMMON: &str = include_str!("../../../../lua/common.lua");
 
@@ -130,7 +132,7 @@ fn learn_from(error: &redis::RedisError) {
                 redis_ms,
                 "Redis's clock is more than a calendar period away from tollgate's: periods follow Redis's from now on"
             );
-            command::learn_redis_clock(redis_ms);
+            wire::learn_redis_clock(redis_ms);
         }
     }
 }
