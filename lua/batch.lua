@@ -69,10 +69,10 @@
 local tonumber = tonumber
 -- The call's keys and arguments, the reply (out), the clock, the parsed operations
 -- (specs), the general path's per-counter tables (state, stored, writer: made only
--- when that path runs), an any-slot call's log of what `take` kept (done, d), the
+-- when that path runs), an any-slot call's log of what `take` kept (done), the
 -- operations' count and run lengths.
 local call_keys, call_argv, out, now_ms, now_us, injected, specs, skewed
-local state, stored, writer, done, d, count, runs
+local state, stored, writer, done, count, runs
 
 -- Parsed operations by their bytes: Lua interns strings, so a repeat is one lookup.
 -- decide is the module's, kept here to save a lookup per operation. An operation is
@@ -230,6 +230,8 @@ local function decide_all()
         end
       end
       if vetoed then
+        -- Given back here, so out of the log: the log ends at its first nil.
+        for i = logged + 1, d do done[i] = nil end
         d = logged
         for n = 1, size do
           if r1[n] >= 0 then
@@ -404,7 +406,7 @@ local function batch(KEYS, ARGV)
     now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
     now_ms = floor(now_us / 1000)
   end
-  specs, skewed, state, stored, writer, d = {}, false, nil, nil, nil, 0
+  specs, skewed, state, stored, writer = {}, false, nil, nil, nil
   done = nil
   if ANY_SLOT then done = {} end
   count = #KEYS
@@ -437,8 +439,9 @@ local function batch(KEYS, ARGV)
   else
     -- Every failure is raised (error with its reply): what `take` logged is given back.
     if done then
-      while done[d + 1] ~= nil do d = d + 2 end
-      for i = d, 2, -2 do
+      local n = 0
+      while done[n + 1] ~= nil do n = n + 2 end
+      for i = n, 2, -2 do
         local q = done[i]
         q.untake(done[i - 1], q, 0)
       end

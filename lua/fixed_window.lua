@@ -229,7 +229,7 @@ end
 function fixed_window.take(key, p, now_ms, injected)
   local add = p.fw_incr
   if add == nil then
-    if p.fw_start == nil then current(p, now_ms) end
+    -- The window's fields are the spec's already (`fresh`, at parse or when kept).
     add = false
     if p.cost > 0 and p.cost <= p.limit then add = int(p.cost * SHIFT) end
     p.fw_incr = add

@@ -117,7 +117,8 @@ async fn distinct_counters_cost_one_command_each_and_a_veto_keeps_nothing() {
 /// Two keys of one master and, last, a key of another, sent to the first master as one
 /// any-slot call (as after a reshard moved the last key's slot away): Redis refuses
 /// the command touching the last key, after the first two were taken. The call fails
-/// as a misroute and the first two hold nothing, by EVALSHA and by FCALL.
+/// as a misroute and the first two hold nothing, by EVALSHA and by FCALL; a request of
+/// the same call vetoed before that is given back once, not twice.
 #[tokio::test]
 async fn an_any_slot_call_refused_midway_keeps_nothing() {
     let cluster = common::redis::cluster();
@@ -176,5 +177,47 @@ async fn an_any_slot_call_refused_midway_keeps_nothing() {
                 "{via:?}: {key} keeps nothing: {stored:?}"
             );
         }
+    }
+
+    // A request vetoed earlier in the call (its first counter taken, then given back
+    // at the veto) is given back once, not again when the call fails.
+    let one = [mine[0].clone()];
+    let fill = [Segment {
+        keys: &one[..],
+        ops: &ops,
+        dry_run: false,
+    }];
+    let _: Vec<u8> = scripts::batch_cmd_in(Layout::AnySlot, &fill, None)
+        .query_async(&mut conn)
+        .await
+        .expect("a local key is served");
+    let vetoed_ops = [limit_op(1000), limit_op(0)];
+    let pair = [mine[0].clone(), mine[1].clone()];
+    let last = [away.clone()];
+    let segments = [
+        Segment {
+            keys: &pair[..],
+            ops: &vetoed_ops[..],
+            dry_run: false,
+        },
+        Segment {
+            keys: &last[..],
+            ops: &ops[..],
+            dry_run: false,
+        },
+    ];
+    for via in [Via::Eval, Via::Function] {
+        let err = scripts::batch_cmd_via((Layout::AnySlot, via), &segments, None)
+            .query_async::<Vec<u8>>(&mut conn)
+            .await
+            .expect_err("a key of another master is refused");
+        assert!(err.to_string().contains("non local key"), "{via:?}: {err}");
+        let stored = common::redis::redis_cli_cluster(cluster, &["GET", &mine[0]]);
+        assert_eq!(
+            common::redis::fixed_window_count(&stored),
+            1,
+            "{via:?}: {} holds its one hit: {stored:?}",
+            mine[0]
+        );
     }
 }
