@@ -106,6 +106,18 @@ impl Server {
 
     /// SIGTERM, then the exit status within the deadline.
     pub fn terminate(mut self) -> ExitStatus {
+        self.sigterm_and_wait()
+    }
+
+    /// SIGTERM, then the exit status and the whole log. Assert on a log's lines this
+    /// way: a running server writes its lines from a queue of its own, so a read before
+    /// the exit can miss the last lines or end inside one; the exit flushes the queue.
+    pub fn stop(mut self) -> (ExitStatus, String) {
+        let status = self.sigterm_and_wait();
+        (status, self.log())
+    }
+
+    fn sigterm_and_wait(&mut self) -> ExitStatus {
         let pid = self.child.id().to_string();
         let kill = Command::new("kill").args(["-TERM", &pid]).status();
         assert!(kill.expect("run kill").success(), "kill -TERM {pid} failed");
