@@ -15,13 +15,14 @@ use tollgate::limiter::LimiterOptions;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
 
-/// The default `REDIS_TIMEOUT`: what a request would wait without failing fast.
-const TIMEOUT: Duration = Duration::from_millis(250);
+/// What a request would wait without failing fast: 8x the default `REDIS_TIMEOUT`,
+/// so that waiting for it and failing fast stay far apart on a loaded machine.
+const TIMEOUT: Duration = Duration::from_secs(2);
 /// Envoy's default filter timeout: an answer later than this is no answer to Envoy.
 const ENVOY_TIMEOUT: Duration = Duration::from_millis(20);
 /// Per answer, whatever the machine's load: far below [`TIMEOUT`], so a request that
 /// waited for it cannot pass.
-const BOUND: Duration = Duration::from_millis(100);
+const BOUND: Duration = Duration::from_millis(500);
 
 const CONFIG: &str = "domain: ff\nfailure_mode: error\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1000000}\n";
 
@@ -88,7 +89,7 @@ async fn a_killed_redis_is_answered_by_failure_mode_at_once_and_then_found_again
     sorted.sort();
     let median = sorted[sorted.len() / 2];
     assert!(
-        median < ENVOY_TIMEOUT / 4,
+        median < ENVOY_TIMEOUT / 2,
         "the median answer took {median:?}: {took:?}"
     );
 
