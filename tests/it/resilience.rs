@@ -196,8 +196,10 @@ async fn the_breaker_fails_fast_while_open_and_recovers_through_a_probe() {
         let started = Instant::now();
         let error = breaker.decide(&ops).await.expect_err("open");
         assert!(matches!(error, StoreError::CircuitOpen(_)), "{error}");
+        // The store takes 40 ms and counts its calls (checked below); half of that
+        // bounds an answer on a loaded machine, where 1 ms was one preemption away.
         assert!(
-            started.elapsed() < Duration::from_millis(1),
+            started.elapsed() < Duration::from_millis(20),
             "open: answered without the store"
         );
     }
