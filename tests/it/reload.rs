@@ -364,6 +364,7 @@ fn serve_reloads_on_sighup() {
     }
     let json: serde_json::Value = serde_json::from_str(&http_get(http, "/config.json")).unwrap();
     assert_eq!(json["generation"], 2, "{json}");
-    assert!(server.log().contains("config_reloaded"), "{}", server.log());
-    assert_eq!(server.terminate().code(), Some(0));
+    let (status, log) = server.stop();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("config_reloaded"), "{log}");
 }

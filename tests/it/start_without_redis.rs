@@ -155,8 +155,9 @@ fn serve_starts_without_redis_and_connects_when_it_arrives() {
     }
     let keys = redis_keys(port);
     assert!(keys.contains("boot_"), "a counter in Redis: {keys:?}");
-    assert!(server.log().contains("redis_unreachable_at_start"));
-    assert!(server.terminate().success());
+    let (status, log) = server.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("redis_unreachable_at_start"), "{log}");
 }
 
 /// `/healthcheck` polled every 50 ms from the moment the port answers: never 200
