@@ -16,7 +16,7 @@ use tollgate::store::memory::MemoryStore;
 use common::process::{run, text, tollgate};
 use common::server::{TestServer, config, descriptor, request};
 
-const YAML: &str = "domain: exits\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: free\n    rate_limit: {unlimited: true}\n";
+const YAML: &str = "domain: exits\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1}\n  - key: free\n    rate_limit: {unlimited: true}\n";
 
 /// Runs `tollgate check ARGS` off the runtime's workers (the server lives on them).
 async fn check(args: &[&str]) -> Output {

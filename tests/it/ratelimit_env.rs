@@ -19,7 +19,7 @@ fn configmap(root: &Path, version: &str, limit: u32) {
     let dir = root.join(version);
     fs::create_dir(&dir).unwrap();
     let yaml = format!(
-        "domain: mesh\ndescriptors:\n  - key: remote_address\n    rate_limit: {{unit: minute, requests_per_unit: {limit}}}\n"
+        "domain: mesh\ndescriptors:\n  - key: remote_address\n    rate_limit: {{unit: day, requests_per_unit: {limit}}}\n"
     );
     fs::write(dir.join("config.yaml"), yaml).unwrap();
     let tmp = root.join("..data_tmp");
@@ -92,7 +92,7 @@ fn serve_runs_on_envoyproxy_ratelimit_variables_alone() {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let table = check(&server, grpc, "mesh", "remote_address=10.0.0.2");
-        if row(&table, "remote_address")[2] == "5/minute" {
+        if row(&table, "remote_address")[2] == "5/day" {
             break;
         }
         assert!(
