@@ -12,6 +12,7 @@ pub mod check;
 pub mod console;
 pub mod inspect;
 pub mod migrate_check;
+pub mod runtime;
 pub mod serve;
 pub mod simulate;
 pub mod validate;
