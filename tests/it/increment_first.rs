@@ -22,6 +22,20 @@ fn count_of(conn_port: u16, key: &str) -> u64 {
     common::redis::fixed_window_count(&common::redis::redis_cli(conn_port, &["GET", key]))
 }
 
+/// Sends `segments` as one any-slot call `via` FCALL or EVALSHA to a master that does
+/// not serve one of their keys: Redis refuses the call.
+async fn refused_for_a_key_elsewhere(
+    conn: &mut redis::aio::MultiplexedConnection,
+    segments: &[Segment<'_, String>],
+    via: Via,
+) {
+    let err = scripts::batch_cmd_via((Layout::AnySlot, via), segments, None)
+        .query_async::<Vec<u8>>(conn)
+        .await
+        .expect_err("a key of another master is refused");
+    assert!(err.to_string().contains("non local key"), "{via:?}: {err}");
+}
+
 #[tokio::test]
 async fn distinct_counters_cost_one_command_each_and_a_veto_keeps_nothing() {
     let redis =
@@ -164,11 +178,7 @@ async fn an_any_slot_call_refused_midway_keeps_nothing() {
         })
         .collect();
     for via in [Via::Eval, Via::Function] {
-        let err = scripts::batch_cmd_via((Layout::AnySlot, via), &segments, None)
-            .query_async::<Vec<u8>>(&mut conn)
-            .await
-            .expect_err("a key of another master is refused");
-        assert!(err.to_string().contains("non local key"), "{via:?}: {err}");
+        refused_for_a_key_elsewhere(&mut conn, &segments, via).await;
         for key in &mine {
             let stored = common::redis::redis_cli_cluster(cluster, &["GET", key]);
             assert_eq!(
@@ -207,11 +217,7 @@ async fn an_any_slot_call_refused_midway_keeps_nothing() {
         },
     ];
     for via in [Via::Eval, Via::Function] {
-        let err = scripts::batch_cmd_via((Layout::AnySlot, via), &segments, None)
-            .query_async::<Vec<u8>>(&mut conn)
-            .await
-            .expect_err("a key of another master is refused");
-        assert!(err.to_string().contains("non local key"), "{via:?}: {err}");
+        refused_for_a_key_elsewhere(&mut conn, &segments, via).await;
         let stored = common::redis::redis_cli_cluster(cluster, &["GET", &mine[0]]);
         assert_eq!(
             common::redis::fixed_window_count(&stored),
