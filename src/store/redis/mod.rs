@@ -208,10 +208,12 @@ impl RedisStore {
                 Ok(replies.into_iter().map(|r| r.decision).collect())
             }
             // The cluster applies the deadline call by call itself: cut short from
-            // outside, a walk could not refund what it had already consumed.
+            // outside, a walk could not refund what it had already consumed. Boxed:
+            // inline, its future (about 2 KB) made this one as big, and the standalone
+            // path copied it into the store's box with every request.
             Backend::Cluster(cluster) => {
                 let deadline = tokio::time::Instant::now() + self.timeout;
-                cluster.decide(&keys, ops, dry_run, deadline).await
+                Box::pin(cluster.decide(&keys, ops, dry_run, deadline)).await
             }
         }
     }
