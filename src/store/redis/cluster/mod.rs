@@ -208,9 +208,10 @@ impl Cluster {
     /// every future that awaits one inline grows by as much, up to the request's
     /// whole store future, even on paths that never make the call (the walk's). A
     /// future is moved by copying it: the request's groups into their `join_all`,
-    /// each caller's future into the next layer's box. Those copies were 10% of the
-    /// server's CPU on a 3-descriptor cluster load (perf: `memmove` under `race`,
-    /// `join_all` and the store's `Box::pin`); one allocation per group is cheaper.
+    /// each caller's future into the next layer's box. On a 3-descriptor cluster
+    /// load `memmove` was 9.5% of the server's samples, most of it under `race`,
+    /// `join_all` and the store's `Box::pin`; boxed, 5.6%, and 3% fewer instructions
+    /// per request (BENCHMARKS.md): one allocation per group costs less.
     fn group_call(
         &self,
         keys: &[String],
