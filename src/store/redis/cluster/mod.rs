@@ -211,7 +211,8 @@ impl Cluster {
     /// each caller's future into the next layer's box. On a 3-descriptor cluster
     /// load `memmove` was 9.5% of the server's samples, most of it under `race`,
     /// `join_all` and the store's `Box::pin`; boxed, 5.6%, and 3% fewer instructions
-    /// per request (BENCHMARKS.md): one allocation per group costs less.
+    /// per request (BENCHMARKS.md): two allocations per group (this and `call`
+    /// below) cost less.
     fn group_call(
         &self,
         keys: &[String],
