@@ -119,6 +119,8 @@ local function parse(text)
     max_delay = max_delay, vetoes = flags % 2 == 1, cost = cost, starts = flag ~= DOT,
     dry = flag == MINUS, commits = commits, need = need, check = algo.decide,
   }
+  -- Whether the lean path may decide it (`decide_lean`).
+  p.lean = take ~= nil and algo.lean ~= nil and algo.lean(p)
   if #text > OP_LEN then
     local ok, why = calendar(p, text, OP_LEN + 1, now_ms)
     if why then skewed = true end
@@ -159,13 +161,15 @@ end
 -- by slot, so hits kept here would be counted twice. There, what `take` kept is
 -- logged in `done` (its key and spec, in order) and given back when the call fails.
 -- Only there: the log costs two table stores per operation, about 5% of a decision.
-local function decide_all()
+--
+-- From the request at `first` on, the reply written up to `o`, the log up to `d`, the
+-- last full form's three values (the lean path below hands over here mid-call).
+local function decide_all(first, o, d, last_reset, last_third, last_token)
   -- Locals, not the chunk's upvalues: read and written for every operation.
   local KEYS, ARGV, out, specs, seg, done = call_keys, call_argv, out, specs, seg, done
   local r1, r2, r3, r4, now_ms, injected, runs, count = r1, r2, r3, r4, now_ms, injected, runs, count
-  local o, d, held, last_reset, last_third, last_token = 0, 0, false, nil, nil, nil
-  local first = 1
-  local p = specs[ARGV[2]]
+  local held = false
+  local p = specs[ARGV[1 + first]]
   while first <= count do
     -- This request's operations run to the next one that starts a request. Whether it
     -- can increment first (`take`, see below) is told on the way: every operation a
@@ -365,6 +369,99 @@ local function decide_all()
   return o
 end
 
+-- The lean path: a call every operation of which is a limit's plain hits on a fixed
+-- window (`lean` in fixed_window.lua), with no run, as real traffic's calls on
+-- distinct counters are. It decides as decide_all's `fast` branch does (the same
+-- replies, the same log), with the fixed window's `take` inlined for its common
+-- outcome and nothing kept per operation but what remains. Why: on distinct counters
+-- decide_all's tests per operation, the call of `take` and the four values kept for
+-- a veto cost Redis about half again what the INCRBY does (callgrind, BENCHMARKS.md,
+-- session 12). What is left to tell per request is whether two of its operations
+-- share a counter (the second would need the first's tentative state): that request
+-- and the rest of the call go to decide_all, which nothing here has held a state for.
+local function decide_lean()
+  local KEYS, ARGV, out, specs, seg, done = call_keys, call_argv, out, specs, seg, done
+  local r1, now_ms, injected, count = r1, now_ms, injected, count
+  local pcall, type, TWO53 = redis.pcall, type, 9007199254740992
+  local o, d, last_reset, last_third, last_token = 0, 0, nil, nil, nil
+  local first = 1
+  local p = specs[ARGV[2]]
+  if p == nil then return 0 end
+  local SHIFT, taken = p.algo.shift, p.algo.taken
+  while first <= count do
+    local last, next_p = first, nil
+    seg[1] = p
+    while last < count do
+      next_p = specs[ARGV[2 + last]]
+      if next_p.starts then break end
+      last = last + 1
+      local key = KEYS[last]
+      for j = first, last - 1 do
+        if KEYS[j] == key then return decide_all(first, o, d, last_reset, last_third, last_token) end
+      end
+      seg[last - first + 1] = next_p
+      next_p = nil
+    end
+    local base, logged, vetoed = o, d, false
+    local base_reset, base_third, base_token = last_reset, last_third, last_token
+    for n = 1, last - first + 1 do
+      local q, key = seg[n], KEYS[first + n - 1]
+      local v = pcall('INCRBY', key, q.fw_incr)
+      local remaining, reset, third, token
+      if type(v) == 'number' and v < TWO53 then
+        local low = v % SHIFT
+        if low == q.fw_low and low ~= 0 then
+          local c = (v - low) / SHIFT
+          if c <= q.limit then remaining, reset, third, token = q.limit - c, q.fw_reset, 0, q.fw_start end
+        end
+      end
+      if remaining == nil then remaining, reset, third, token = taken(key, q, now_ms, injected, v) end
+      r1[n] = remaining
+      if remaining >= 0 then
+        if ANY_SLOT then
+          d = d + 2
+          done[d - 1], done[d] = key, q
+        end
+      elseif q.vetoes then
+        vetoed = true
+      end
+      if reset == last_reset and third == last_third and token == last_token then
+        o = o + 1
+        out[o] = -3 - remaining
+      else
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token
+        o = o + 4
+        last_reset, last_third, last_token = reset, third, token
+      end
+    end
+    if vetoed then
+      -- As decide_all's: the hits that stayed go back (out of the log), and each
+      -- operation answers again, an admission as a check without this request.
+      for i = logged + 1, d do done[i] = nil end
+      o, d, last_reset, last_third, last_token = base, logged, base_reset, base_third, base_token
+      for n = 1, last - first + 1 do
+        local q, remaining, third, token = seg[n], r1[n], 0, 0
+        if remaining >= 0 then
+          remaining, token = q.untake(KEYS[first + n - 1], q, remaining), q.fw_start
+        else
+          third = q.fw_reset
+        end
+        local reset = q.fw_reset
+        if reset == last_reset and third == last_third and token == last_token then
+          o = o + 1
+          out[o] = -3 - remaining
+        else
+          out[o + 1], out[o + 2], out[o + 3], out[o + 4] = remaining, reset, third, token
+          o = o + 4
+          last_reset, last_third, last_token = reset, third, token
+        end
+      end
+    end
+    first, p = last + 1, next_p
+  end
+  return o
+end
+
 -- The any-slot variant's keys come in ARGV after their count (no key is declared: see
 -- Layout::AnySlot in store/redis/scripts/): nil for a malformed count.
 local function any_slot_keys(argv)
@@ -417,7 +514,9 @@ local function batch(KEYS, ARGV)
     runs = { string.byte(runs, 1, -1) }
   end
   -- Every operation parsed before any is decided: a malformed one fails the call
-  -- before `take` has written anything.
+  -- before `take` has written anything. On the way: whether the lean path can decide
+  -- the call (every operation can take, no run).
+  local lean = runs == nil
   for i = 1, count do
     local text = ARGV[1 + i]
     if specs[text] == nil then
@@ -425,15 +524,24 @@ local function batch(KEYS, ARGV)
       if p ~= nil then
         p.algo.fresh(p, now_ms)
         specs[text] = p
-      elseif parse(text) == nil then
-        if skewed then return redis.error_reply(CLOCK .. int(now_ms)) end
-        return redis.error_reply('tollgate: malformed operation ' .. i)
+      else
+        p = parse(text)
+        if p == nil then
+          if skewed then return redis.error_reply(CLOCK .. int(now_ms)) end
+          return redis.error_reply('tollgate: malformed operation ' .. i)
+        end
       end
+      if not p.lean then lean = false end
     end
   end
 
   local o
-  local ok, failed = pcall(decide_all)
+  local ok, failed
+  if lean then
+    ok, failed = pcall(decide_lean)
+  else
+    ok, failed = pcall(decide_all, 1, 0, 0)
+  end
   if ok then
     o = failed
   else

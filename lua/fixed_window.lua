@@ -226,16 +226,9 @@ local function take_odd(key, p, now_ms, injected, v)
   return take_new(key, p, now_ms, injected)
 end
 
-function fixed_window.take(key, p, now_ms, injected)
-  local add = p.fw_incr
-  if add == nil then
-    -- The window's fields are the spec's already (`fresh`, at parse or when kept).
-    add = false
-    if p.cost > 0 and p.cost <= p.limit then add = int(p.cost * SHIFT) end
-    p.fw_incr = add
-  end
-  if not add then return take_odd(key, p, now_ms, injected) end
-  local v = redis.pcall('INCRBY', key, add)
+-- What `take` makes of its INCRBY's reply v (batch.lua's lean path runs the INCRBY
+-- itself and calls this for every outcome but the common one, see `lean`).
+function fixed_window.taken(key, p, now_ms, injected, v)
   if type(v) ~= 'number' or v >= TWO53 then return take_odd(key, p, now_ms, injected, v) end
   local low = v % SHIFT
   if low ~= p.fw_low then return take_new(key, p, now_ms, injected) end
@@ -250,6 +243,35 @@ function fixed_window.take(key, p, now_ms, injected)
     redis.call('PEXPIRE', key, ttl_ms(p.fw_end - now_ms))
   end
   return p.limit - c, p.fw_reset, 0, p.fw_start
+end
+
+-- The INCRBY's argument: the cost in the count's bits, false for a cost of 0 or above
+-- the limit (take_odd). The window's fields are the spec's already (`fresh`).
+local function incr(p)
+  local add = p.fw_incr
+  if add == nil then
+    add = false
+    if p.cost > 0 and p.cost <= p.limit then add = int(p.cost * SHIFT) end
+    p.fw_incr = add
+  end
+  return add
+end
+
+function fixed_window.take(key, p, now_ms, injected)
+  local add = incr(p)
+  if not add then return take_odd(key, p, now_ms, injected) end
+  return fixed_window.taken(key, p, now_ms, injected, redis.pcall('INCRBY', key, add))
+end
+
+-- Whether batch.lua's lean path may take p's hits: a plain cost (p.fw_incr). It inlines
+-- `taken`'s common outcome, a count of this window within the limit: with the low bits
+-- p.fw_low (not 0: a count INCRBY may just have made, see `taken`), it answers
+-- (limit - count, p.fw_reset, 0, p.fw_start), and `untake` gives the hits back. Every
+-- other outcome of a plain cost is `taken`'s: an admission answers the same three
+-- last values, a denial (-1, p.fw_reset, p.fw_reset, 0).
+fixed_window.shift = SHIFT
+function fixed_window.lean(p)
+  return incr(p) ~= false
 end
 
 -- Gives back the hits of an admitting `take` (`remaining` its answer) and answers as
