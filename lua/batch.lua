@@ -10,20 +10,24 @@
 --           what it took (see `done` below), so such a call leaves nothing.
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
--- ARGV[1+i] operation i, 43 bytes, struct.pack('<BBddddBd', f, id, limit, window ms,
---           burst, max delay ms (-1 = none), vetoes (1/0), cost), and for a rule with
---           a time_zone 48 more: its periods (`calendar` in common.lua): f is "+" (byte 43)
---           for the first operation of a request (a segment), "-" (45) for the first
---           of a dry run (decide, write nothing: the request is already denied
---           elsewhere, only true statuses are wanted), "." (46) for a further operation
---           of the same request. The id is looked up with `algorithm(id)`, not in this
---           file: store/redis/scripts/ generates it from the Rust list (src/algorithm/mod.rs) and
---           puts it before this entry point.
--- ARGV[2+n] (n = #KEYS) absent, or n bytes: byte i is how many requests operation i
---           stands for (1 to 255), consecutive one-operation requests (not dry runs)
---           with the same operation on the same counter, as a hot counter's are. Each
---           is still decided and replied to on its own; a run only spares Redis an
---           argument pair and this script the lookups per request.
+-- ARGV[2]   the index: n bytes (n = #KEYS), byte i the place of operation i's text
+--           among ARGV[4...] (1 to 255); or empty, and ARGV[3+i] is operation i's.
+--           Why: a call's operations mostly repeat (same rule, same cost), and each
+--           argument costs Redis a string object and this script a Lua string.
+-- ARGV[3]   empty, or n bytes: byte i is how many requests operation i stands for (1
+--           to 255), consecutive one-operation requests (not dry runs) with the same
+--           operation on the same counter, as a hot counter's are. Each is still
+--           decided and replied to on its own; a run only spares Redis a key and this
+--           script the lookups per request.
+-- ARGV[4..] the distinct operations, each 43 bytes, struct.pack('<BBddddBd', f, id,
+--           limit, window ms, burst, max delay ms (-1 = none), vetoes (1/0), cost),
+--           and for a rule with a time_zone 48 more: its periods (`calendar` in
+--           common.lua): f is "+" (byte 43) for the first operation of a request (a
+--           segment), "-" (45) for the first of a dry run (decide, write nothing: the
+--           request is already denied elsewhere, only true statuses are wanted), "."
+--           (46) for a further operation of the same request. The id is looked up with
+--           `algorithm(id)`, not in this file: store/redis/scripts/ generates it from
+--           the Rust list (src/algorithm/mod.rs) and puts it before this entry point.
 -- Returns   one string: the reply's numbers as little-endian doubles (8 bytes each,
 --           exact for integers below 2^53), per decision (each operation, each request
 --           of a run) in order either 4 (the full form):
@@ -57,8 +61,8 @@
 --   the general path (every other algorithm, charges, releases, dry runs, runs of a
 --     hot counter): a counter is read once per call and its final state written once,
 --     at the end (every segment in between works on the state kept here).
--- An operation is one argument, parsed once per call (the operations of one call
--- mostly repeat: same rule, same cost) into the one table they share.
+-- A distinct operation is one argument, parsed once per call into the one table its
+-- operations share (`ops`).
 
 -- `batch(KEYS, ARGV)` at the end is the entry point. Everything before it is made
 -- once per load of the code: per call for EVALSHA (the script ends with `return
@@ -67,12 +71,15 @@
 -- lives in these upvalues, set by `batch` at its start; nothing of one call is read
 -- by the next but the scratch, always written before it is read.
 local tonumber = tonumber
--- The call's keys and arguments, the reply (out), the clock, the parsed operations
--- (specs), the general path's per-counter tables (state, stored, writer: made only
--- when that path runs), an any-slot call's log of what `take` kept (done), the
--- operations' count and run lengths.
-local call_keys, call_argv, out, now_ms, now_us, injected, specs, skewed
+-- The call's keys, each operation's parsed spec in order (ops), the reply (out), the
+-- clock, the parsed operations by their bytes (specs), the general path's per-counter
+-- tables (state, stored, writer: made only when that path runs), an any-slot call's
+-- log of what `take` kept (done), the operations' count and run lengths.
+local call_keys, ops, out, now_ms, now_us, injected, specs, skewed
 local state, stored, writer, done, count, runs
+-- Scratch for ops: the distinct operations' specs in their order (listed), and each
+-- operation's by the index (indexed). Only a call's first entries are its own.
+local listed, indexed = {}, {}
 
 -- Parsed operations by their bytes: Lua interns strings, so a repeat is one lookup.
 -- decide is the module's, kept here to save a lookup per operation. An operation is
@@ -166,10 +173,10 @@ end
 -- last full form's three values (the lean path below hands over here mid-call).
 local function decide_all(first, o, d, last_reset, last_third, last_token)
   -- Locals, not the chunk's upvalues: read and written for every operation.
-  local KEYS, ARGV, out, specs, seg, done = call_keys, call_argv, out, specs, seg, done
+  local KEYS, ops, out, seg, done = call_keys, ops, out, seg, done
   local r1, r2, r3, r4, now_ms, injected, runs, count = r1, r2, r3, r4, now_ms, injected, runs, count
   local held = false
-  local p = specs[ARGV[1 + first]]
+  local p = ops[first]
   while first <= count do
     -- This request's operations run to the next one that starts a request. Whether it
     -- can increment first (`take`, see below) is told on the way: every operation a
@@ -182,7 +189,7 @@ local function decide_all(first, o, d, last_reset, last_third, last_token)
       and (not held or state[KEYS[first]] == nil)
     seg[1] = p
     while last < count do
-      next_p = specs[ARGV[2 + last]]
+      next_p = ops[last + 1]
       if next_p.starts then break end
       last = last + 1
       seg[last - first + 1] = next_p
@@ -314,7 +321,7 @@ local function decide_all(first, o, d, last_reset, last_third, last_token)
       local tentative, last_writer = {}, {}
       local vetoed = p.dry
       for i = first, last do
-        local key, q = KEYS[i], specs[ARGV[1 + i]]
+        local key, q = KEYS[i], ops[i]
         local s = tentative[key]
         if s == nil then
           s = state[key]
@@ -336,11 +343,11 @@ local function decide_all(first, o, d, last_reset, last_third, last_token)
         -- same, decided again in order on the states without the limits' hits.
         for i = first, last do
           local at = base + 4 * (i - first)
-          local q = specs[ARGV[1 + i]]
+          local q = ops[i]
           if not q.commits and out[at + 1] >= 0 then unwind(at, q, state[KEYS[i]]) end
         end
         for i = first, last do
-          local key, q = KEYS[i], specs[ARGV[1 + i]]
+          local key, q = KEYS[i], ops[i]
           if q.commits then
             local at = base + 4 * (i - first)
             local new, remaining, reset, third, token = q.decide(state[key], q, now_ms, q.cost, at + 4)
@@ -352,7 +359,7 @@ local function decide_all(first, o, d, last_reset, last_third, last_token)
       elseif vetoed then
         for i = first, last do
           local at = base + 4 * (i - first)
-          if out[at + 1] >= 0 then unwind(at, specs[ARGV[1 + i]], state[KEYS[i]]) end
+          if out[at + 1] >= 0 then unwind(at, ops[i], state[KEYS[i]]) end
         end
       else
         -- A counter only denied in this segment keeps its state (a denial changes none).
@@ -380,19 +387,19 @@ end
 -- share a counter (the second would need the first's tentative state): that request
 -- and the rest of the call go to decide_all, which nothing here has held a state for.
 local function decide_lean()
-  local KEYS, ARGV, out, specs, seg, done = call_keys, call_argv, out, specs, seg, done
+  local KEYS, ops, out, seg, done = call_keys, ops, out, seg, done
   local r1, now_ms, injected, count = r1, now_ms, injected, count
   local pcall, type, TWO53 = redis.pcall, type, 9007199254740992
   local o, d, last_reset, last_third, last_token = 0, 0, nil, nil, nil
   local first = 1
-  local p = specs[ARGV[2]]
+  local p = ops[1]
   if p == nil then return 0 end
   local SHIFT, taken = p.algo.shift, p.algo.taken
   while first <= count do
     local last, next_p = first, nil
     seg[1] = p
     while last < count do
-      next_p = specs[ARGV[2 + last]]
+      next_p = ops[last + 1]
       if next_p.starts then break end
       last = last + 1
       local key = KEYS[last]
@@ -493,7 +500,7 @@ local function batch(KEYS, ARGV)
     KEYS, ARGV = any_slot_keys(ARGV)
     if KEYS == nil then return redis.error_reply('tollgate: malformed key count') end
   end
-  call_keys, call_argv, out = KEYS, ARGV, {}
+  call_keys, out = KEYS, {}
   injected = ARGV[1] ~= ''
   if injected then
     now_ms = tonumber(ARGV[1])
@@ -507,20 +514,24 @@ local function batch(KEYS, ARGV)
   done = nil
   if ANY_SLOT then done = {} end
   count = #KEYS
+  local index, run_lengths = ARGV[2], ARGV[3]
+  if run_lengths == nil then return redis.error_reply('tollgate: malformed call') end
   -- Run lengths, when some operation stands for several requests (see the header).
-  runs = ARGV[count + 2]
-  if runs ~= nil then
-    if #runs ~= count then return redis.error_reply('tollgate: malformed runs') end
-    runs = { string.byte(runs, 1, -1) }
+  runs = nil
+  if run_lengths ~= '' then
+    if #run_lengths ~= count then return redis.error_reply('tollgate: malformed runs') end
+    runs = { string.byte(run_lengths, 1, -1) }
   end
   -- Every operation parsed before any is decided: a malformed one fails the call
   -- before `take` has written anything. On the way: whether the lean path can decide
   -- the call (every operation can take, no run).
   local lean = runs == nil
-  for i = 1, count do
-    local text = ARGV[1 + i]
-    if specs[text] == nil then
-      local p = kept[text]
+  local distinct = #ARGV - 3
+  for j = 1, distinct do
+    local text = ARGV[3 + j]
+    local p = specs[text]
+    if p == nil then
+      p = kept[text]
       if p ~= nil then
         p.algo.fresh(p, now_ms)
         specs[text] = p
@@ -528,11 +539,25 @@ local function batch(KEYS, ARGV)
         p = parse(text)
         if p == nil then
           if skewed then return redis.error_reply(CLOCK .. int(now_ms)) end
-          return redis.error_reply('tollgate: malformed operation ' .. i)
+          return redis.error_reply('tollgate: malformed operation ' .. j)
         end
       end
       if not p.lean then lean = false end
     end
+    listed[j] = p
+  end
+  if index == '' then
+    if distinct ~= count then return redis.error_reply('tollgate: malformed index') end
+    ops = listed
+  else
+    if #index ~= count then return redis.error_reply('tollgate: malformed index') end
+    local at = { string.byte(index, 1, -1) }
+    for i = 1, count do
+      local p = listed[at[i]]
+      if p == nil or at[i] > distinct then return redis.error_reply('tollgate: malformed index') end
+      indexed[i] = p
+    end
+    ops = indexed
   end
 
   local o

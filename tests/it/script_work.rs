@@ -229,13 +229,14 @@ async fn a_malformed_run_fails_the_whole_call() {
             bytes.to_vec()
         })
         .collect();
-    assert_eq!(args.last(), Some(&vec![3u8]), "one pair, a run of 3");
-    for runs in [&[0u8][..], &[3, 1][..], &[][..]] {
+    // FCALL|EVALSHA, the function or script, 1 key, the key, the clock, the index,
+    // then the run lengths.
+    assert_eq!(args[6], vec![3u8], "one pair, a run of 3");
+    for runs in [&[0u8][..], &[3, 1][..]] {
         let mut bad = redis::Cmd::new();
-        for arg in &args[..args.len() - 1] {
-            bad.arg(&arg[..]);
+        for (i, arg) in args.iter().enumerate() {
+            bad.arg(if i == 6 { runs } else { &arg[..] });
         }
-        bad.arg(runs);
         refused_unwritten(&mut conn, &bad, "malformed runs", &keys).await;
     }
 }
@@ -245,17 +246,21 @@ async fn a_malformed_operation_fails_the_whole_call() {
     let redis = common::redis::standalone();
     let mut conn = loaded_connection(redis).await;
     let prefix = common::redis::unique_prefix("script_work_malformed");
-    let wire = [WireOp::new(&fixed_window_op(10))];
+    // Two limits: two distinct operations, each sent once.
+    let wire = [
+        WireOp::new(&fixed_window_op(10)),
+        WireOp::new(&fixed_window_op(20)),
+    ];
     let keys = [format!("{prefix}a"), format!("{prefix}b")];
     let segments = [
         Segment {
             keys: &keys[..1],
-            ops: &wire,
+            ops: &wire[..1],
             dry_run: false,
         },
         Segment {
             keys: &keys[1..],
-            ops: &wire,
+            ops: &wire[1..],
             dry_run: false,
         },
     ];
@@ -288,6 +293,67 @@ async fn a_malformed_operation_fails_the_whole_call() {
         assert_eq!(ops_seen, 2);
         refused_unwritten(&mut conn, &bad, "malformed operation 2", &keys).await;
     }
+}
+
+/// A call's operations travel once each, every key naming its own by an index byte;
+/// an index that names none, or does not fit the call, fails it whole, unwritten.
+#[tokio::test]
+async fn a_malformed_index_fails_the_whole_call() {
+    let redis = common::redis::standalone();
+    let mut conn = loaded_connection(redis).await;
+    let prefix = common::redis::unique_prefix("script_work_index");
+    let wire = [
+        WireOp::new(&fixed_window_op(10)),
+        WireOp::new(&fixed_window_op(20)),
+    ];
+    let keys = [
+        format!("{prefix}a"),
+        format!("{prefix}b"),
+        format!("{prefix}c"),
+    ];
+    // Three requests, the first and last with the same operation: two are sent.
+    let segments: Vec<Segment<'_, String>> = [0, 1, 0]
+        .iter()
+        .zip(&keys)
+        .map(|(&op, key)| Segment {
+            keys: std::slice::from_ref(key),
+            ops: &wire[op..=op],
+            dry_run: false,
+        })
+        .collect();
+    let good = scripts::batch_cmd(&segments, None);
+    let args: Vec<Vec<u8>> = good
+        .args_iter()
+        .map(|arg| {
+            let redis::Arg::Simple(bytes) = arg else {
+                panic!("only plain arguments")
+            };
+            bytes.to_vec()
+        })
+        .collect();
+    // FCALL|EVALSHA, the function or script, 3 keys, the keys, the clock, the index,
+    // the run lengths (none), the two operations.
+    assert_eq!(args.len(), 11, "each distinct operation once");
+    assert_eq!(args[7], vec![1u8, 2, 1]);
+    for index in [
+        &[1u8, 3, 1][..],
+        &[0, 1, 1][..],
+        &[1, 2][..],
+        &[1, 2, 1, 1][..],
+    ] {
+        let mut bad = redis::Cmd::new();
+        for (i, arg) in args.iter().enumerate() {
+            bad.arg(if i == 7 { index } else { &arg[..] });
+        }
+        refused_unwritten(&mut conn, &bad, "malformed index", &keys).await;
+    }
+    let reply: Vec<u8> = good.query_async(&mut conn).await.expect("the good call");
+    let remaining: Vec<u64> = scripts::parse_batch_reply(&reply, 3)
+        .expect("reply")
+        .iter()
+        .map(|r| r.decision.remaining)
+        .collect();
+    assert_eq!(remaining, [9, 19, 9]);
 }
 
 /// A call whose reply outgrows one packing chunk of the script (200 numbers): 70

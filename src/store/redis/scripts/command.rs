@@ -53,9 +53,10 @@ pub fn batch_cmd<K: AsRef<str>>(segments: &[Segment<'_, K>], now_ms: Option<u64>
 }
 
 /// The batch script's EVALSHA for `segments` (one per request; keys and operations in
-/// the same order), as one command: a key and operation pair per operation, alike
-/// one-operation requests in a row sharing one ([`runs`]), their run lengths last when
-/// any is above one; the keys where `layout` puts them. `now_ms` is for tests only:
+/// the same order), as one command: a key per operation, alike one-operation
+/// requests in a row sharing one ([`runs`]), where `layout` puts them; then the clock,
+/// the index of each key's operation, the run lengths (empty when none is above one),
+/// and the distinct operations (`lua/batch.lua`'s header). `now_ms` is for tests only:
 /// production passes `None` and the script reads the shard's clock. Written into the
 /// command's single buffer: a `ScriptInvocation` would keep every key and argument in
 /// a `Vec` of its own, then copy them all into a command again, two allocations per
@@ -153,14 +154,46 @@ fn batch_cmd_with<K: AsRef<str>>(
         Some(ms) => cmd.arg(ms),
         None => cmd.arg(""),
     };
-    for entry in &entries {
-        entry.op.write(&mut cmd, entry.flag, around_ms);
-    }
+    let (index, distinct) = distinct_ops(&entries);
+    cmd.arg(index);
     if entries.iter().any(|e| e.run > 1) {
         let runs: Vec<u8> = entries.iter().map(|e| e.run).collect();
         cmd.arg(runs);
+    } else {
+        cmd.arg("");
+    }
+    for (flag, op) in distinct {
+        op.write(&mut cmd, flag, around_ms);
     }
     cmd
+}
+
+/// The distinct operations of `entries` (flag and operation) in order of first use,
+/// and the index argument: byte i the 1-based place of entry i's among them. Why:
+/// a call's operations mostly repeat (same rule, same cost), and each argument costs
+/// Redis a string object and the script a Lua string, together about a tenth of a
+/// decision on distinct counters (callgrind, BENCHMARKS.md, session 12). Past 255
+/// distinct operations the index is empty and every entry sends its own.
+fn distinct_ops<'a>(entries: &[runs::Entry<'a>]) -> (Vec<u8>, Vec<(Flag, &'a WireOp)>) {
+    let mut distinct: Vec<(Flag, &'a WireOp)> = Vec::new();
+    let mut index = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let at = distinct
+            .iter()
+            .position(|&(flag, op)| flag == entry.flag && op == entry.op)
+            .unwrap_or_else(|| {
+                distinct.push((entry.flag, entry.op));
+                distinct.len() - 1
+            });
+        match u8::try_from(at + 1) {
+            Ok(byte) => index.push(byte),
+            Err(_) => {
+                let each = entries.iter().map(|e| (e.flag, e.op)).collect();
+                return (Vec::new(), each);
+            }
+        }
+    }
+    (index, distinct)
 }
 
 /// A consumed operation to give back.
@@ -261,13 +294,16 @@ mod tests {
             text("b{x}"),
             text("c{y}"),
             text(""),
+            // Each key's operation among the distinct ones; no run.
+            vec![1, 2, 3],
+            text(""),
             // The first segment is a dry run: "-" starts it, "." continues it.
             encoded(b'-', 1, [10.0, 60000.0, 10.0, -1.0], 1, 1.0),
             encoded(b'.', 1, [5.0, 60000.0, 5.0, -1.0], 0, 2.0),
             encoded(b'+', 1, [7.0, 60000.0, 7.0, -1.0], 1, 1.0),
         ];
         assert_eq!(args(&cmd), expected);
-        assert!(expected[7..].iter().all(|op| op.len() == OP_LEN));
+        assert!(expected[9..].iter().all(|op| op.len() == OP_LEN));
         let one = [Segment {
             keys: &keys[..1],
             ops: &wire[..1],
@@ -276,9 +312,48 @@ mod tests {
         let injected = args(&batch_cmd(&one, Some(1234)));
         assert_eq!(injected[4], b"1234");
         assert_eq!(
-            injected[5],
+            injected[7],
             encoded(b'+', 1, [10.0, 60000.0, 10.0, -1.0], 1, 1.0)
         );
+    }
+
+    /// A call's operations are sent once each: the index names each key's, by its
+    /// place among them, a flag apart making another; past 255 every key sends its own.
+    #[test]
+    fn alike_operations_are_sent_once_and_indexed() {
+        let wire = [WireOp::new(&op(10, 1, true)), WireOp::new(&op(5, 2, false))];
+        let keys: Vec<String> = (0..6).map(|i| format!("k{i}")).collect();
+        // Requests of two operations, each the same pair: "+" first, "." second.
+        let segments: Vec<Segment<'_, String>> = keys
+            .chunks(2)
+            .map(|keys| Segment {
+                keys,
+                ops: &wire[..],
+                dry_run: false,
+            })
+            .collect();
+        let sent = args(&batch_cmd(&segments, None));
+        assert_eq!(sent.len(), 3 + 6 + 3 + 2);
+        assert_eq!(sent[10], vec![1, 2, 1, 2, 1, 2]);
+        assert_eq!(sent[12][0], b'+');
+        assert_eq!(sent[13][0], b'.');
+
+        let many: Vec<WireOp> = (0..300)
+            .map(|i| WireOp::new(&op(10 + i, 1, true)))
+            .collect();
+        let keys: Vec<String> = (0..300).map(|i| format!("k{i}")).collect();
+        let segments: Vec<Segment<'_, String>> = keys
+            .iter()
+            .zip(&many)
+            .map(|(key, op)| Segment {
+                keys: std::slice::from_ref(key),
+                ops: std::slice::from_ref(op),
+                dry_run: false,
+            })
+            .collect();
+        let sent = args(&batch_cmd(&segments, None));
+        assert_eq!(sent[3 + 300 + 1], b"", "no index");
+        assert_eq!(sent.len(), 3 + 300 + 3 + 300);
     }
 
     /// The any-slot layout declares no key: their count, the keys, then the
@@ -305,7 +380,7 @@ mod tests {
     }
 
     /// Alike one-operation requests in a row on one counter are one pair; their run
-    /// lengths follow the operations, one byte per pair.
+    /// lengths follow the index, one byte per pair.
     #[test]
     fn a_hot_counter_is_one_pair_with_its_run_length() {
         let wire = [WireOp::new(&op(10, 1, true))];
@@ -332,9 +407,9 @@ mod tests {
                 text("hot"),
                 text("other"),
                 text(""),
-                op.clone(),
-                op,
+                vec![1, 1],
                 vec![3, 1],
+                op,
             ]
         );
     }
