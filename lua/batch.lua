@@ -394,7 +394,7 @@ local function decide_lean()
   local first = 1
   local p = ops[1]
   if p == nil then return 0 end
-  local SHIFT, taken = p.algo.shift, p.algo.taken
+  local SHIFT, counted, taken = p.algo.shift, p.algo.counted, p.algo.taken
   while first <= count do
     local last, next_p = first, nil
     seg[1] = p
@@ -421,8 +421,10 @@ local function decide_lean()
           local c = (v - low) / SHIFT
           if c <= q.limit then remaining, reset, third, token = q.limit - c, q.fw_reset, 0, q.fw_start end
         end
+        if remaining == nil then remaining, reset, third, token = counted(key, q, now_ms, injected, v) end
+      else
+        remaining, reset, third, token = taken(key, q, now_ms, injected, v)
       end
-      if remaining == nil then remaining, reset, third, token = taken(key, q, now_ms, injected, v) end
       r1[n] = remaining
       if remaining >= 0 then
         if ANY_SLOT then

@@ -226,10 +226,10 @@ local function take_odd(key, p, now_ms, injected, v)
   return take_new(key, p, now_ms, injected)
 end
 
--- What `take` makes of its INCRBY's reply v (batch.lua's lean path runs the INCRBY
--- itself and calls this for every outcome but the common one, see `lean`).
-function fixed_window.taken(key, p, now_ms, injected, v)
-  if type(v) ~= 'number' or v >= TWO53 then return take_odd(key, p, now_ms, injected, v) end
+-- What `take` makes of its INCRBY's reply v, a number below 2^53 (batch.lua's lean
+-- path runs the INCRBY itself and calls this, or `taken` for any other reply, for
+-- every outcome but the common one, see `lean`).
+local function counted(key, p, now_ms, injected, v)
   local low = v % SHIFT
   if low ~= p.fw_low then return take_new(key, p, now_ms, injected) end
   local c = (v - low) / SHIFT
@@ -243,6 +243,13 @@ function fixed_window.taken(key, p, now_ms, injected, v)
     redis.call('PEXPIRE', key, ttl_ms(p.fw_end - now_ms))
   end
   return p.limit - c, p.fw_reset, 0, p.fw_start
+end
+fixed_window.counted = counted
+
+-- What `take` makes of any reply v of its INCRBY.
+function fixed_window.taken(key, p, now_ms, injected, v)
+  if type(v) ~= 'number' or v >= TWO53 then return take_odd(key, p, now_ms, injected, v) end
+  return counted(key, p, now_ms, injected, v)
 end
 
 -- The INCRBY's argument: the cost in the count's bits, false for a cost of 0 or above
@@ -264,11 +271,11 @@ function fixed_window.take(key, p, now_ms, injected)
 end
 
 -- Whether batch.lua's lean path may take p's hits: a plain cost (p.fw_incr). It inlines
--- `taken`'s common outcome, a count of this window within the limit: with the low bits
--- p.fw_low (not 0: a count INCRBY may just have made, see `taken`), it answers
+-- `counted`'s common outcome, a count of this window within the limit: with the low
+-- bits p.fw_low (not 0: a count INCRBY may just have made, see `counted`), it answers
 -- (limit - count, p.fw_reset, 0, p.fw_start), and `untake` gives the hits back. Every
--- other outcome of a plain cost is `taken`'s: an admission answers the same three
--- last values, a denial (-1, p.fw_reset, p.fw_reset, 0).
+-- other outcome of a plain cost is `counted`'s or `taken`'s: an admission answers the
+-- same three last values, a denial (-1, p.fw_reset, p.fw_reset, 0).
 fixed_window.shift = SHIFT
 function fixed_window.lean(p)
   return incr(p) ~= false
