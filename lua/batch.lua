@@ -80,6 +80,9 @@ local state, stored, writer, done, count, runs
 -- Scratch for ops: the distinct operations' specs in their order (listed), and each
 -- operation's by the index (indexed). Only a call's first entries are its own.
 local listed, indexed = {}, {}
+-- Scratch for out: a call writes every place up to the last it packs, and a table
+-- made anew for each call grew by doubling (a copy at each power of two).
+local replies = {}
 
 -- Parsed operations by their bytes: Lua interns strings, so a repeat is one lookup.
 -- decide is the module's, kept here to save a lookup per operation. An operation is
@@ -502,7 +505,7 @@ local function batch(KEYS, ARGV)
     KEYS, ARGV = any_slot_keys(ARGV)
     if KEYS == nil then return redis.error_reply('tollgate: malformed key count') end
   end
-  call_keys, out = KEYS, {}
+  call_keys, out = KEYS, replies
   injected = ARGV[1] ~= ''
   if injected then
     now_ms = tonumber(ARGV[1])
