@@ -226,7 +226,7 @@ local function take_odd(key, p, now_ms, injected, v)
   return take_new(key, p, now_ms, injected)
 end
 
--- What `take` makes of its INCRBY's reply v, a number below 2^53 (batch.lua's lean
+-- What `take` makes of its INCRBY's reply v, a number below 2^53 (batch_lean.lua's lean
 -- path runs the INCRBY itself and calls this, or `taken` for any other reply, for
 -- every outcome but the common one, see `lean`).
 local function counted(key, p, now_ms, injected, v)
@@ -270,7 +270,7 @@ function fixed_window.take(key, p, now_ms, injected)
   return fixed_window.taken(key, p, now_ms, injected, redis.pcall('INCRBY', key, add))
 end
 
--- Whether batch.lua's lean path may take p's hits: a plain cost (p.fw_incr). It inlines
+-- Whether batch_lean.lua's lean path may take p's hits: a plain cost (p.fw_incr). It inlines
 -- `counted`'s common outcome, a count of this window within the limit: with the low
 -- bits p.fw_low (not 0: a count INCRBY may just have made, see `counted`), it answers
 -- (limit - count, p.fw_reset, 0, p.fw_start), and `untake` gives the hits back. Every

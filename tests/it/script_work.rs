@@ -66,6 +66,18 @@ async fn refused_unwritten(
     assert_eq!(exists, 0, "{why}: nothing written");
 }
 
+/// A command's arguments, every one plain bytes.
+fn plain_args(cmd: &redis::Cmd) -> Vec<Vec<u8>> {
+    cmd.args_iter()
+        .map(|arg| {
+            let redis::Arg::Simple(bytes) = arg else {
+                panic!("only plain arguments")
+            };
+            bytes.to_vec()
+        })
+        .collect()
+}
+
 /// `n` alike requests, each the operations `ops` on `keys`, as one call's segments.
 fn alike<'a>(keys: &'a [String], ops: &'a [WireOp], n: usize) -> Vec<Segment<'a, String>> {
     (0..n)
@@ -220,15 +232,7 @@ async fn a_malformed_run_fails_the_whole_call() {
     let keys = [format!("{prefix}hot")];
     let segments = alike(&keys, &wire, 3);
     let good = scripts::batch_cmd(&segments, None);
-    let args: Vec<Vec<u8>> = good
-        .args_iter()
-        .map(|arg| {
-            let redis::Arg::Simple(bytes) = arg else {
-                panic!("only plain arguments")
-            };
-            bytes.to_vec()
-        })
-        .collect();
+    let args = plain_args(&good);
     // FCALL|EVALSHA, the function or script, 1 key, the key, the clock, the index,
     // then the run lengths.
     assert_eq!(args[6], vec![3u8], "one pair, a run of 3");
@@ -322,15 +326,7 @@ async fn a_malformed_index_fails_the_whole_call() {
         })
         .collect();
     let good = scripts::batch_cmd(&segments, None);
-    let args: Vec<Vec<u8>> = good
-        .args_iter()
-        .map(|arg| {
-            let redis::Arg::Simple(bytes) = arg else {
-                panic!("only plain arguments")
-            };
-            bytes.to_vec()
-        })
-        .collect();
+    let args = plain_args(&good);
     // FCALL|EVALSHA, the function or script, 3 keys, the keys, the clock, the index,
     // the run lengths (none), the two operations.
     assert_eq!(args.len(), 11, "each distinct operation once");

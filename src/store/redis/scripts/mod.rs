@@ -67,11 +67,19 @@ fn assemble(entry: &str) -> String {
     body
 }
 
-/// lua/batch.lua with the shared code before it, for one layout: `ANY_SLOT` tells it
-/// whether its keys come in ARGV (see [`BATCH_ANY_SLOT`]); its entry point is the
-/// function `batch`, which `tail` calls (a script) or returns (to a library).
+/// lua/batch.lua (with its lean path, lua/batch_lean.lua, and its entry point,
+/// lua/batch_call.lua: one chunk in three files) with the shared code before it, for
+/// one layout: `ANY_SLOT` tells it whether its keys come in ARGV (see
+/// [`BATCH_ANY_SLOT`]); its entry point is the function `batch`, which `tail` calls (a
+/// script) or returns (to a library).
 pub(crate) fn batch_code(any_slot: bool, tail: &str) -> String {
-    let body = assemble(include_str!("../../../../lua/batch.lua"));
+    let body = assemble(concat!(
+        include_str!("../../../../lua/batch.lua"),
+        "\n",
+        include_str!("../../../../lua/batch_lean.lua"),
+        "\n",
+        include_str!("../../../../lua/batch_call.lua"),
+    ));
     format!("local ANY_SLOT = {any_slot}\n{body}\n{tail}\n")
 }
 
