@@ -70,9 +70,9 @@
 -- before it is made once per load of the code: per call for EVALSHA (the script ends
 -- with `return batch(KEYS, ARGV)`), once for the function library
 -- (scripts/library.rs), so the helpers and scratch tables here are not made again by
--- each call. The call's state
--- lives in these upvalues, set by `batch` at its start; nothing of one call is read
--- by the next but the scratch, always written before it is read.
+-- each call. The call's state lives in these upvalues, set by `batch` at its start;
+-- nothing of one call is read by the next but the scratch, always written before it
+-- is read.
 local tonumber = tonumber
 -- The call's keys, each operation's parsed spec in order (ops), the reply (out), the
 -- clock, the parsed operations by their bytes (specs), the general path's per-counter

@@ -168,30 +168,38 @@ fn batch_cmd_with<K: AsRef<str>>(
     cmd
 }
 
+/// At most this many distinct operations are indexed; past it every entry sends its
+/// own. Why: finding an entry's place is a scan of those seen, and a call of 256
+/// requests with a cost each (a token budget's) would make it quadratic, where a call
+/// of such costs saves little by the index anyway.
+const MAX_DISTINCT: usize = 32;
+
 /// The distinct operations of `entries` (flag and operation) in order of first use,
 /// and the index argument: byte i the 1-based place of entry i's among them. Why:
 /// a call's operations mostly repeat (same rule, same cost), and each argument costs
 /// Redis a string object and the script a Lua string, together about a tenth of a
-/// decision on distinct counters (callgrind, BENCHMARKS.md, session 12). Past 255
-/// distinct operations the index is empty and every entry sends its own.
+/// decision on distinct counters (callgrind, BENCHMARKS.md, session 12). Past
+/// [`MAX_DISTINCT`] the index is empty and every entry sends its own.
 fn distinct_ops<'a>(entries: &[runs::Entry<'a>]) -> (Vec<u8>, Vec<(Flag, &'a WireOp)>) {
     let mut distinct: Vec<(Flag, &'a WireOp)> = Vec::new();
     let mut index = Vec::with_capacity(entries.len());
     for entry in entries {
-        let at = distinct
+        let seen = distinct
             .iter()
-            .position(|&(flag, op)| flag == entry.flag && op == entry.op)
-            .unwrap_or_else(|| {
+            .position(|&(flag, op)| flag == entry.flag && op == entry.op);
+        let at = match seen {
+            Some(at) => at,
+            None if distinct.len() < MAX_DISTINCT => {
                 distinct.push((entry.flag, entry.op));
                 distinct.len() - 1
-            });
-        match u8::try_from(at + 1) {
-            Ok(byte) => index.push(byte),
-            Err(_) => {
+            }
+            None => {
                 let each = entries.iter().map(|e| (e.flag, e.op)).collect();
                 return (Vec::new(), each);
             }
-        }
+        };
+        // At most MAX_DISTINCT (32): always a byte.
+        index.push(at as u8 + 1);
     }
     (index, distinct)
 }
@@ -318,7 +326,7 @@ mod tests {
     }
 
     /// A call's operations are sent once each: the index names each key's, by its
-    /// place among them, a flag apart making another; past 255 every key sends its own.
+    /// place among them, a flag apart making another; past 32 every key sends its own.
     #[test]
     fn alike_operations_are_sent_once_and_indexed() {
         let wire = [WireOp::new(&op(10, 1, true)), WireOp::new(&op(5, 2, false))];
