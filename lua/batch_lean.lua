@@ -20,6 +20,7 @@ local function decide_lean()
   local p = ops[1]
   if p == nil then return 0 end
   local SHIFT, counted, taken = p.algo.shift, p.algo.counted, p.algo.taken
+  local ttl_of = p.algo.ttl_of
   while first <= count do
     local last, next_p = first, nil
     seg[1] = p
@@ -42,9 +43,18 @@ local function decide_lean()
       local remaining, reset, third, token
       if type(v) == 'number' and v < TWO53 then
         local low = v % SHIFT
-        if low == q.fw_low and low ~= 0 then
-          local c = (v - low) / SHIFT
-          if c <= q.limit then remaining, reset, third, token = q.limit - c, q.fw_reset, 0, q.fw_start end
+        if low == q.fw_low then
+          if low ~= 0 then
+            local c = (v - low) / SHIFT
+            if c <= q.limit then remaining, reset, third, token = q.limit - c, q.fw_reset, 0, q.fw_start end
+          end
+        elseif not injected then
+          -- A new counter (INCRBY just made it, low bits 0) or another window's: this
+          -- window's value with its TTL in one SET, as `counted` does, inline: on
+          -- distinct keys most decisions make their counter, and the calls `counted`
+          -- would take cost a tenth of such a decision.
+          redis.call('SET', key, q.fw_new, 'PX', q.fw_ttl or ttl_of(q, now_ms))
+          remaining, reset, third, token = q.limit - q.cost, q.fw_reset, 0, q.fw_start
         end
         if remaining == nil then remaining, reset, third, token = counted(key, q, now_ms, injected, v) end
       else

@@ -43,7 +43,10 @@ end
 function fixed_window.fresh(p, now_ms)
   local start = p.fw_start
   current(p, now_ms)
-  if p.fw_start ~= start then p.fw_set = nil end
+  if p.fw_start ~= start then
+    -- fw_new: a new counter's value in this window (batch_lean.lua writes it).
+    p.fw_set, p.fw_new = nil, int(p.cost * SHIFT + p.fw_low)
+  end
   p.fw_ttl = nil
 end
 
@@ -109,6 +112,17 @@ local function text(p, field, n)
   return t
 end
 
+-- The TTL of p's window (the rest of it), once per call.
+local function ttl_of(p, now_ms)
+  local ttl = p.fw_ttl
+  if ttl == nil then
+    ttl = ttl_ms(p.fw_end - now_ms)
+    p.fw_ttl = ttl
+  end
+  return ttl
+end
+fixed_window.ttl_of = ttl_of
+
 -- Writes a value of the current window with its TTL (the window's end) in one SET;
 -- with an injected clock (tests) no TTL: real time does not follow it.
 local function set_window(key, p, value, now_ms, injected)
@@ -116,12 +130,7 @@ local function set_window(key, p, value, now_ms, injected)
     redis.call('SET', key, value)
     return
   end
-  local ttl = p.fw_ttl
-  if ttl == nil then
-    ttl = ttl_ms(p.fw_end - now_ms)
-    p.fw_ttl = ttl
-  end
-  redis.call('SET', key, value, 'PX', ttl)
+  redis.call('SET', key, value, 'PX', ttl_of(p, now_ms))
 end
 
 -- TTL: the rest of the window, an instant fixed by w: a value stored in the same
@@ -183,7 +192,7 @@ end
 
 -- A new window's value (the cost) with its TTL, in one SET.
 local function take_new(key, p, now_ms, injected)
-  set_window(key, p, text(p, 'fw_set', p.cost * SHIFT + p.fw_low), now_ms, injected)
+  set_window(key, p, p.fw_new, now_ms, injected)
   return p.limit - p.cost, p.fw_reset, 0, p.fw_start
 end
 
@@ -271,11 +280,12 @@ function fixed_window.take(key, p, now_ms, injected)
 end
 
 -- Whether batch_lean.lua's lean path may take p's hits: a plain cost (p.fw_incr). It inlines
--- `counted`'s common outcome, a count of this window within the limit: with the low
--- bits p.fw_low (not 0: a count INCRBY may just have made, see `counted`), it answers
--- (limit - count, p.fw_reset, 0, p.fw_start), and `untake` gives the hits back. Every
--- other outcome of a plain cost is `counted`'s or `taken`'s: an admission answers the
--- same three last values, a denial (-1, p.fw_reset, p.fw_reset, 0).
+-- `counted`'s two common outcomes: a count of this window within the limit (the low
+-- bits p.fw_low, not 0: a count INCRBY may just have made, see `counted`) answers
+-- (limit - count, p.fw_reset, 0, p.fw_start); a new window (other low bits, on the
+-- server's clock) is `take_new`'s SET of p.fw_new with its TTL. `untake` gives the
+-- hits back. Every other outcome of a plain cost is `counted`'s or `taken`'s: an
+-- admission answers the same three last values, a denial (-1, p.fw_reset, p.fw_reset, 0).
 fixed_window.shift = SHIFT
 function fixed_window.lean(p)
   return incr(p) ~= false
