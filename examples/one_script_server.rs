@@ -5,7 +5,8 @@
 //! what a service built the obvious way costs, to compare tollgate's Redis path with.
 //!
 //! - Standalone (`REDIS` is one URL): redis-rs' `ConnectionManager`, one EVALSHA per
-//!   request carrying every descriptor's key.
+//!   request carrying every descriptor's key; with `--per-descriptor`, one EVALSHA per
+//!   descriptor, all of a request's sent at once (as the cluster mode does).
 //! - Cluster (`--cluster`, `REDIS` a comma-separated list of nodes): a redis-rs cluster
 //!   connection, one EVALSHA per descriptor, all of a request's sent at once. A
 //!   descriptor's counters are hash-tagged by its entries, so every window of one
@@ -57,6 +58,12 @@ struct Args {
     /// REDIS names a cluster's nodes: one script per descriptor
     #[arg(long)]
     cluster: bool,
+    /// Standalone: one script per descriptor instead of one per request
+    #[arg(long)]
+    per_descriptor: bool,
+    /// The keys' first word (two servers on one Redis keep their own counters)
+    #[arg(long, default_value = "one")]
+    prefix: String,
     /// A descriptor whose count passes this is OVER_LIMIT
     #[arg(long, default_value_t = 1_000_000_000)]
     limit: u64,
@@ -76,12 +83,14 @@ struct OneScript {
     script: redis::Script,
     limit: u64,
     window_ms: u64,
+    per_descriptor: bool,
+    prefix: String,
 }
 
 impl OneScript {
     /// The counter of `descriptor` in window `window`: `one:{domain:k=v...}:window`.
-    fn key(domain: &str, descriptor: &RateLimitDescriptor, window: u64) -> String {
-        let mut key = format!("one:{{{domain}");
+    fn key(&self, domain: &str, descriptor: &RateLimitDescriptor, window: u64) -> String {
+        let mut key = format!("{}:{{{domain}", self.prefix);
         for entry in &descriptor.entries {
             let _ = write!(key, ":{}={}", entry.key, entry.value);
         }
@@ -107,9 +116,15 @@ impl OneScript {
             .map_err(|e| Status::unavailable(e.to_string()))
     }
 
-    /// Every key's count: one script for all (standalone) or one per key (cluster).
+    /// Every key's count: one script for all (standalone) or one per key (cluster, or
+    /// standalone with `--per-descriptor`).
     async fn counts(&self, keys: &[String], hits: u32) -> Result<Vec<u64>, Status> {
         match &self.redis {
+            Redis::Standalone(redis) if self.per_descriptor => {
+                let calls = keys.chunks(1).map(|key| self.run(redis.clone(), key, hits));
+                let counts = futures_util::future::try_join_all(calls).await?;
+                Ok(counts.into_iter().flatten().collect())
+            }
             Redis::Standalone(redis) => self.run(redis.clone(), keys, hits).await,
             Redis::Cluster(redis) => {
                 let calls = keys.chunks(1).map(|key| self.run(redis.clone(), key, hits));
@@ -136,7 +151,7 @@ impl RateLimitService for OneScript {
         let keys: Vec<String> = request
             .descriptors
             .iter()
-            .map(|d| Self::key(&request.domain, d, window))
+            .map(|d| self.key(&request.domain, d, window))
             .collect();
         let counts = self.counts(&keys, hits).await?;
         let statuses: Vec<DescriptorStatus> = counts
@@ -175,6 +190,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         script: redis::Script::new(SCRIPT),
         limit: args.limit,
         window_ms: args.window_ms,
+        per_descriptor: args.per_descriptor,
+        prefix: args.prefix,
     };
     tonic::transport::Server::builder()
         .add_service(RateLimitServiceServer::new(server))

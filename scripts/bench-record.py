@@ -21,13 +21,14 @@ import sys
 LABEL = {
     "floor": "gRPC floor",
     "one-script": "one-script server",
+    "one-script-each": "one-script server, a script per descriptor",
     "one-script-cluster": "one-script server + cluster",
     "memory": "tollgate, memory store",
     "standalone": "tollgate + Redis",
     "cluster": "tollgate + cluster",
 }
 # Column order of the headline table (variants after their base).
-ORDER = ["standalone", "one-script", "cluster", "one-script-cluster", "floor", "memory"]
+ORDER = ["standalone", "one-script", "one-script-each", "cluster", "one-script-cluster", "floor", "memory"]
 
 
 def describe(load, uniform_keys, zipf_keys):
@@ -187,6 +188,9 @@ def ratios(by_round, server):
     if base != "one-script":
         x = ratio(by_round, server, "one-script")
         out.append(f"{x:.2f}x one-script" if x else None)
+    if base in ("standalone", "memory") and "one-script-each" in by_round:
+        x = ratio(by_round, server, "one-script-each")
+        out.append(f"{x:.2f}x one-script-each" if x else None)
     if base == "cluster":
         x = ratio(by_round, server, base_of(server, "standalone"))
         out.append(f"{x:.2f}x standalone" if x else None)
