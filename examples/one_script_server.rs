@@ -116,21 +116,25 @@ impl OneScript {
             .map_err(|e| Status::unavailable(e.to_string()))
     }
 
+    /// One script per key, all sent at once: their counts, in order.
+    async fn each<C: ConnectionLike + Clone>(
+        &self,
+        redis: &C,
+        keys: &[String],
+        hits: u32,
+    ) -> Result<Vec<u64>, Status> {
+        let calls = keys.chunks(1).map(|key| self.run(redis.clone(), key, hits));
+        let counts = futures_util::future::try_join_all(calls).await?;
+        Ok(counts.into_iter().flatten().collect())
+    }
+
     /// Every key's count: one script for all (standalone) or one per key (cluster, or
     /// standalone with `--per-descriptor`).
     async fn counts(&self, keys: &[String], hits: u32) -> Result<Vec<u64>, Status> {
         match &self.redis {
-            Redis::Standalone(redis) if self.per_descriptor => {
-                let calls = keys.chunks(1).map(|key| self.run(redis.clone(), key, hits));
-                let counts = futures_util::future::try_join_all(calls).await?;
-                Ok(counts.into_iter().flatten().collect())
-            }
+            Redis::Standalone(redis) if self.per_descriptor => self.each(redis, keys, hits).await,
             Redis::Standalone(redis) => self.run(redis.clone(), keys, hits).await,
-            Redis::Cluster(redis) => {
-                let calls = keys.chunks(1).map(|key| self.run(redis.clone(), key, hits));
-                let counts = futures_util::future::try_join_all(calls).await?;
-                Ok(counts.into_iter().flatten().collect())
-            }
+            Redis::Cluster(redis) => self.each(redis, keys, hits).await,
         }
     }
 }

@@ -282,8 +282,8 @@ end
 -- Whether batch_lean.lua's lean path may take p's hits: a plain cost (p.fw_incr). It inlines
 -- `counted`'s two common outcomes: a count of this window within the limit (the low
 -- bits p.fw_low, not 0: a count INCRBY may just have made, see `counted`) answers
--- (limit - count, p.fw_reset, 0, p.fw_start); a new window (other low bits, on the
--- server's clock) is `take_new`'s SET of p.fw_new with its TTL. `untake` gives the
+-- (limit - count, p.fw_reset, 0, p.fw_start); a new window (other low bits, Redis's
+-- own clock) is `take_new`'s SET of p.fw_new with its TTL. `untake` gives the
 -- hits back. Every other outcome of a plain cost is `counted`'s or `taken`'s: an
 -- admission answers the same three last values, a denial (-1, p.fw_reset, p.fw_reset, 0).
 fixed_window.shift = SHIFT
