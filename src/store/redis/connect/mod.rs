@@ -16,6 +16,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redis::{
     Cmd, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, TlsCertificates, Value,
@@ -87,8 +88,18 @@ fn split_auth(auth: &str) -> (Option<&str>, &str) {
     }
 }
 
+/// Every connection to Redis (and to a sentinel) sends at once: redis-rs leaves
+/// TCP_NODELAY off, and with Nagle's algorithm a call written while an earlier one's
+/// bytes are not yet acknowledged waits for that ACK, which the peer may delay by up
+/// to 40 ms; with several calls in flight on one multiplexed connection (the batcher's
+/// depth, a cluster master's queue) such waits chain into stalls of a hundred
+/// milliseconds and more (BENCHMARKS.md, session 13).
+fn tcp() -> TcpSettings {
+    TcpSettings::default().set_nodelay(true)
+}
+
 fn with_auth(url: &str, auth: Option<&str>) -> redis::RedisResult<ConnectionInfo> {
-    let info = url.into_connection_info()?;
+    let info = url.into_connection_info()?.set_tcp_settings(tcp());
     let Some(auth) = auth else {
         return Ok(info);
     };
@@ -127,7 +138,9 @@ fn sentinel_client(
         .unwrap_or(0);
     let addrs = infos.iter().map(|info| info.addr().clone());
     let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)?
-        .set_client_to_redis_db(db);
+        .set_client_to_redis_db(db)
+        .set_client_to_redis_tcp_settings(tcp())
+        .set_client_to_sentinel_tcp_settings(tcp());
     if let Some(auth) = options.auth.as_deref() {
         let (user, password) = split_auth(auth);
         if let Some(user) = user {
@@ -261,6 +274,7 @@ async fn open(options: &RedisOptions, target: &str) -> Result<Connection, String
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(fail)?;
             let mut builder = ClusterClientBuilder::new(infos)
+                .tcp_settings(tcp())
                 .connection_timeout(options.connect_timeout)
                 .response_timeout(client_timeout(options.timeout));
             if let Some(certs) = &certificates {
@@ -311,5 +325,19 @@ pub fn describe(error: &redis::RedisError) -> String {
         "authentication required (set REDIS_AUTH or put credentials in the URL)".to_owned()
     } else {
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Standalone and cluster nodes are dialled from these: each sends at once.
+    #[test]
+    fn every_redis_url_connects_without_nagle() {
+        for auth in [None, Some("secret"), Some("user:secret")] {
+            let info = with_auth("redis://127.0.0.1:6379/0", auth).expect("parses");
+            assert!(info.tcp_settings().nodelay(), "auth {auth:?}");
+        }
     }
 }
