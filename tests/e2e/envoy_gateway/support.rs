@@ -35,12 +35,10 @@ pub(super) fn get(port: u16, path: &str, timeout: Duration) -> Result<(u16, Stri
     Ok((code, body.to_owned()))
 }
 
-/// Four distinct ports nobody listens on (bound together, noted, released).
+/// Four distinct free loopback ports ([`crate::common::ports`]).
 pub(super) fn four_free_ports() -> [u16; 4] {
-    let bound: Vec<_> = (0..4)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-        .collect();
-    std::array::from_fn(|i| bound[i].local_addr().expect("bound").port())
+    let ports = crate::common::ports::free_ports(4, false);
+    std::array::from_fn(|i| ports[i])
 }
 
 /// One probe as the kubelet runs it: passes on 2xx/3xx within the probe's timeout.

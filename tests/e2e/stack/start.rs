@@ -3,7 +3,7 @@
 //! admin says `/ready`. A port can be taken between choosing it and the bind; a
 //! process that exits saying "Address already in use" is restarted on fresh ports.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -21,14 +21,9 @@ const POLL: Duration = Duration::from_millis(50);
 const ATTEMPTS: usize = 4;
 const IN_USE: &str = "in use";
 
-/// `count` distinct free loopback ports, all held until every one is chosen.
+/// `count` distinct free loopback ports ([`crate::common::ports`]).
 pub fn free_ports(count: usize) -> Vec<u16> {
-    let held: Vec<TcpListener> = (0..count)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-        .collect();
-    held.iter()
-        .map(|l| l.local_addr().expect("bound").port())
-        .collect()
+    crate::common::ports::free_ports(count, false)
 }
 
 fn loopback(port: u16) -> SocketAddr {

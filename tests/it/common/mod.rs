@@ -2,14 +2,15 @@
 //! ([`server`]), `tollgate serve` as a child process ([`process`]), real
 //! `redis-server` processes, standalone and cluster ([`redis`]), stores on them
 //! ([`stores`]), load for the fault tests ([`fault_load`]), the deployment's Envoy
-//! config ([`envoy`]), test certificates ([`tls_certs`]) and reading /metrics
-//! ([`prometheus`]).
+//! config ([`envoy`]), test certificates ([`tls_certs`]), reading /metrics
+//! ([`prometheus`]) and free ports for the processes they start ([`ports`]).
 //!
 //! The `it` binary uses all of it; the other test binaries include it with `#[path]`
 //! and use only part of it (they say so where they include it).
 
 pub mod envoy;
 pub mod fault_load;
+pub mod ports;
 pub mod process;
 pub mod prometheus;
 pub mod redis;

@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -31,13 +30,10 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Two distinct ports nobody listens on right now (bound on port 0 together, noted,
-/// released).
+/// Two distinct free ports for a server's gRPC and HTTP listeners ([`super::ports`]).
 pub fn free_ports() -> (u16, u16) {
-    let bind = || TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    let (a, b) = (bind(), bind());
-    let port = |l: &TcpListener| l.local_addr().expect("bound").port();
-    (port(&a), port(&b))
+    let ports = super::ports::free_ports(2, false);
+    (ports[0], ports[1])
 }
 
 pub fn wait_for_exit(child: &mut Child, within: Duration) -> Option<ExitStatus> {

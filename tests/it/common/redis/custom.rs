@@ -7,7 +7,6 @@
 //! them are stopped when the test binary exits, like the shared servers.
 
 use std::fs::{self, File};
-use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::sync::PoisonError;
 use std::thread;
@@ -58,13 +57,10 @@ pub fn private_cluster() -> Result<RedisCluster, String> {
     start_cluster()
 }
 
-/// A loopback port that was free a moment ago (for ports a server opens besides its
-/// main one, e.g. `--tls-port`).
+/// A free loopback port (for ports a server opens besides its main one, e.g.
+/// `--tls-port`).
 pub fn free_port() -> u16 {
-    TcpListener::bind((HOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    crate::common::ports::free_port()
 }
 
 /// The pid of the server answering on `port` (`INFO server`).

@@ -3,7 +3,6 @@
 //! fresh ports when a port was taken between probe and bind).
 
 use std::fs::{self, File};
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::PoisonError;
@@ -21,8 +20,6 @@ const SERVER_START_TIMEOUT: Duration = Duration::from_secs(20);
 const START_ATTEMPTS: usize = 5;
 /// Log lines quoted in failure messages, per server.
 const LOG_TAIL_LINES: usize = 30;
-/// Redis Cluster's bus port is the client port plus this.
-const BUS_PORT_OFFSET: u16 = 10000;
 /// A server's output, in its directory.
 const LOG_FILE: &str = "redis.log";
 
@@ -84,7 +81,7 @@ pub(super) fn start_nodes(
     let with_bus_ports = !extra_args.is_empty();
     let mut last_failure = String::new();
     for _ in 0..START_ATTEMPTS {
-        let ports = free_ports(count, with_bus_ports)?;
+        let ports = crate::common::ports::free_ports(count, with_bus_ports);
         let mut started = Vec::new();
         let mut failure = None;
         for port in ports {
@@ -130,42 +127,6 @@ pub(super) fn start_nodes(
          their ports kept being taken before redis-server bound them; last failure:\n\
          {last_failure}"
     ))
-}
-
-/// `count` free loopback ports (plus their bus ports, port + 10000, for a cluster). The
-/// listeners are held until all ports are chosen, so no port is handed out twice.
-fn free_ports(count: usize, with_bus_ports: bool) -> Result<Vec<u16>, String> {
-    let mut held = Vec::new();
-    let mut ports = Vec::new();
-    for _ in 0..count * 50 {
-        if ports.len() == count {
-            break;
-        }
-        let listener = TcpListener::bind((HOST, 0))
-            .map_err(|error| format!("cannot bind {HOST}:0 to find a free port: {error}"))?;
-        let port = listener
-            .local_addr()
-            .map_err(|error| format!("cannot read a bound port: {error}"))?
-            .port();
-        if with_bus_ports {
-            let Some(bus_port) = port.checked_add(BUS_PORT_OFFSET) else {
-                continue;
-            };
-            match TcpListener::bind((HOST, bus_port)) {
-                Ok(bus) => held.push(bus),
-                Err(_) => continue,
-            }
-        }
-        held.push(listener);
-        ports.push(port);
-    }
-    if ports.len() < count {
-        return Err(format!(
-            "found only {} of {count} free loopback ports (bus ports needed: {with_bus_ports})",
-            ports.len()
-        ));
-    }
-    Ok(ports)
 }
 
 /// Spawns one `redis-server` on `port` in a new directory under the run root, output
