@@ -158,8 +158,40 @@ pub fn envoy(binary: &Path, dir: &Path, upstream: u16, replicas: Vec<u16>) -> (G
             .args(["--log-level", "info"]);
         let mut envoy = Guarded::spawn("envoy", dir, &binary.to_string_lossy(), command);
         if let Wait::Ready = wait_http(&mut envoy, loopback(addresses.admin), "/ready") {
+            wait_replicas_healthy(&mut envoy, loopback(addresses.admin), &addresses.replicas);
             return (envoy, addresses);
         }
     }
     panic!("Envoy lost the race for free ports {ATTEMPTS} times");
+}
+
+/// Waits until Envoy's active health check has passed every replica. `/ready` comes
+/// once the first round ended, passed or not: a replica whose first check timed out
+/// on a busy machine stays out of the round robin until a later round passes it (2 s
+/// on), and a test sending at once saw every call go to the other replica (CI:
+/// "both replicas answer: [20, 0]").
+fn wait_replicas_healthy(envoy: &mut Guarded, admin: SocketAddr, replicas: &[u16]) {
+    let deadline = Instant::now() + READY_DEADLINE;
+    let healthy = |port: u16| format!("tollgate::127.0.0.1:{port}::health_flags::healthy");
+    let mut last = String::from("no answer");
+    while Instant::now() < deadline {
+        envoy.assert_running();
+        if let Ok(response) = http::probe(admin, "/clusters") {
+            let lines: Vec<&str> = response.body.lines().collect();
+            if replicas
+                .iter()
+                .all(|&p| lines.contains(&healthy(p).as_str()))
+            {
+                return;
+            }
+            last = response
+                .body
+                .lines()
+                .filter(|l| l.contains("health_flags"))
+                .collect::<Vec<_>>()
+                .join("\n");
+        }
+        std::thread::sleep(POLL);
+    }
+    panic!("Envoy never saw every replica healthy within {READY_DEADLINE:?}:\n{last}");
 }
