@@ -1,6 +1,6 @@
 //! Cross-slot requests on the real cluster, through several tollgate servers (each
 //! with its own `RedisStore`, as separate replicas are) and independent gRPC clients:
-//! contention never starves (exactly one of 30 concurrent requests on two 1/hour
+//! contention never starves (exactly one of 30 concurrent requests on two 1/year
 //! counters in different slots is admitted, 50 rounds running); a limit of 5 admits
 //! exactly 5 while denied cross-slot requests consume and refund it, and Redis holds
 //! exactly the admitted counts afterwards; the store stack keeps no over-limit cache
@@ -27,17 +27,20 @@ use tollgate::store::redis::{CrossSlotPaths, RedisStore};
 use tollgate::store::stack;
 use tollgate::store::{Backend, CounterOp, Store};
 
+/// Windows of a year: these scenarios count across many calls and then read Redis,
+/// and a counter written just before an hour's end expires with it (its TTL is what
+/// is left of the window). A run crossing 18:00 read 0 of 5 admitted hits.
 const TWO_COUNTERS: &str = "
 domain: xs
 descriptors:
   - key: a
-    rate_limit: {unit: hour, requests_per_unit: 1}
+    rate_limit: {unit: year, requests_per_unit: 1}
   - key: b
-    rate_limit: {unit: hour, requests_per_unit: 1}
+    rate_limit: {unit: year, requests_per_unit: 1}
   - key: x
-    rate_limit: {unit: hour, requests_per_unit: 5}
+    rate_limit: {unit: year, requests_per_unit: 5}
   - key: y
-    rate_limit: {unit: hour, requests_per_unit: 1}
+    rate_limit: {unit: year, requests_per_unit: 1}
 ";
 
 /// `n` servers sharing the harness cluster under `prefix`, each with its own store
