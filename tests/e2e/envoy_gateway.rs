@@ -99,7 +99,8 @@ const ROUTE: &str = "httproute/default/backend/rule/0";
 const MATCH: &str = "rule-0-match-0";
 const LIMIT: u32 = 3;
 
-/// The limits Envoy Gateway serves for one rule, as `RateLimitConfig` resources.
+/// The limits Envoy Gateway serves for one rule, as `RateLimitConfig` resources; a
+/// year's window, so the three OKs and the denial after them fall in one window.
 fn limits_resources() -> serde_json::Value {
     serde_json::json!([{
         "name": DOMAIN,
@@ -110,7 +111,7 @@ fn limits_resources() -> serde_json::Value {
             "descriptors": [{
                 "key": MATCH,
                 "value": MATCH,
-                "rate_limit": {"unit": "MINUTE", "requests_per_unit": LIMIT},
+                "rate_limit": {"unit": "YEAR", "requests_per_unit": LIMIT},
             }],
         }],
     }])

@@ -26,13 +26,14 @@ fn is_ack(event: &Json, version: &str) -> bool {
 #[test]
 fn the_first_config_is_served_acked_and_shown() {
     let mut plane = ControlPlane::start(0, &[]);
+    // A year's window: OK, OK, OVER_LIMIT hold only within one window.
     plane.set(
         "v1",
         json!([resource(
             "gw",
             "envoy-gateway/gateway-1/http",
             "rule-0-match-1",
-            "MINUTE",
+            "YEAR",
             2
         )]),
     );
@@ -218,14 +219,15 @@ fn updates_under_traffic_are_answered_within_a_second_without_errors() {
 #[test]
 fn a_bad_update_is_nacked_with_its_errors_and_the_old_limits_keep_answering() {
     let mut plane = ControlPlane::start(0, &[]);
-    plane.set("v1", json!([resource("good", "nack", "k", "MINUTE", 2)]));
+    // Windows of a year: OK, OK, OVER_LIMIT hold only within one window.
+    plane.set("v1", json!([resource("good", "nack", "k", "YEAR", 2)]));
     let (grpc, http) = free_ports();
     let server = serve(plane.port, grpc, http, &[]);
     plane.wait_for("the ACK of v1", |e| is_ack(e, "v1"));
     wait_healthy(&server, http);
 
     // A resource that does not decode beside one that would raise the limit.
-    plane.set_with_garbage("v2", json!([resource("good", "nack", "k", "MINUTE", 100)]));
+    plane.set_with_garbage("v2", json!([resource("good", "nack", "k", "YEAR", 100)]));
     let nack = plane.wait_for("a NACK of v2", |e| {
         e["event"] == "request" && !e["error_detail"].is_null()
     });

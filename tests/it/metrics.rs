@@ -23,16 +23,18 @@ use tollgate::store::memory::MemoryStore;
 use tollgate::store::metered::Metered;
 use tollgate::store::{CounterOp, Store, StoreError, StoreFuture};
 
+/// Windows of a year: the counters are exact across calls only within one window,
+/// and a minute's end fell inside a run once in every ~60 s of its calls.
 const RULES: &str = "domain: m
 descriptors:
   - key: plain
-    rate_limit: {unit: minute, requests_per_unit: 5}
+    rate_limit: {unit: year, requests_per_unit: 5}
   - key: detailed
     detailed_metric: true
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
   - key: shadow
     shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
+    rate_limit: {unit: year, requests_per_unit: 1}
 ";
 
 /// GET; (status, content type, body).
@@ -100,7 +102,7 @@ async fn per_rule_and_service_counters_are_exact() {
     assert!(client.should_rate_limit(bad).await.is_err());
 
     let text = scrape(&server).await;
-    // 5 per minute, 7 hits: 5 within (only the 5th past floor(5 x 0.8) = 4), 2 over.
+    // 5 per year, 7 hits: 5 within (only the 5th past floor(5 x 0.8) = 4), 2 over.
     assert_eq!(value(&text, &rule("hits", "m", "plain")), 7.0);
     assert_eq!(value(&text, &rule("within_limit", "m", "plain")), 5.0);
     assert_eq!(value(&text, &rule("over_limit", "m", "plain")), 2.0);
@@ -121,7 +123,7 @@ async fn per_rule_and_service_counters_are_exact() {
     assert_eq!(value(&text, &detailed("over_limit", "x")), 1.0);
     assert_eq!(value(&text, &detailed("hits", "y")), 1.0);
     assert_eq!(value(&text, &rule("hits", "m", "detailed")), 0.0);
-    // Shadow mode: 1 per minute, 3 hits, 2 over and let through.
+    // Shadow mode: 1 per year, 3 hits, 2 over and let through.
     assert_eq!(value(&text, &rule("hits", "m", "shadow")), 3.0);
     assert_eq!(value(&text, &rule("over_limit", "m", "shadow")), 2.0);
     assert_eq!(value(&text, &rule("shadow_mode", "m", "shadow")), 2.0);

@@ -121,7 +121,8 @@ async fn counts_over_tls_with_an_acl_user_and_a_client_certificate() {
     let mut options = settings.backend.redis().cloned().expect("redis configured");
     options.key_prefix = common::redis::unique_prefix("tls-count");
     let store = RedisStore::connect(&options).await.expect("TLS connect");
-    let yaml = "domain: tls\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
+    // A year: three OKs then denials hold only within one window.
+    let yaml = "domain: tls\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 3}\n";
     let server = TestServer::start(config(yaml), Arc::new(store), LimiterOptions::default()).await;
     let mut client = server.client().await;
     let mut codes = Vec::new();
