@@ -36,10 +36,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.expect("blocking task")
 }
 
-/// A fixed-window counter `value` of limit `limit` per hour (no window ends during a
+/// A fixed-window counter `value` of limit `limit` per year (no window ends during a
 /// test).
 fn op(value: &str, limit: u64) -> CounterOp {
-    common::stores::hourly("reshard", value, limit)
+    common::stores::yearly("reshard", value, limit)
 }
 
 async fn store_on(cluster: &RedisCluster, test: &str) -> (RedisStore, String) {

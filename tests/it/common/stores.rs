@@ -91,28 +91,33 @@ pub fn ops_in_distinct_slots(
         }
         slots.push(slot);
         masters.push(master);
-        ops.push(hourly(domain, &value, limit));
+        ops.push(yearly(domain, &value, limit));
     }
     ops
 }
 
-/// A fixed-window operation of limit `limit` per hour (cost 1, vetoing) in domain
-/// `domain`, rule `k`, on the counter of entry `k` = `value`.
-pub fn hourly(domain: &str, value: &str, limit: u64) -> CounterOp {
+/// What `unit: year` counts in: 365 days.
+const YEAR_SECS: u64 = 365 * 86_400;
+
+/// A fixed-window operation of limit `limit` per year (cost 1, vetoing) in domain
+/// `domain`, rule `k`, on the counter of entry `k` = `value`. A year, so no window
+/// ends during a test: a counter's TTL is what is left of its window, and one written
+/// just before an hour's end vanished before the test read it.
+pub fn yearly(domain: &str, value: &str, limit: u64) -> CounterOp {
     CounterOp {
         key: CounterKey {
             domain: Arc::from(domain),
             rule: Arc::from("k"),
             entries: [("k".into(), value.into())].into_iter().collect(),
             algorithm: Algorithm::FixedWindow,
-            window_secs: 3600,
+            window_secs: YEAR_SECS,
             time_zone: None,
             hash_tag: None,
         },
         params: Params {
             algorithm: Algorithm::FixedWindow,
             limit,
-            window_ms: 3_600_000,
+            window_ms: YEAR_SECS * 1000,
             burst: limit,
             max_delay_ms: None,
             calendar: None,

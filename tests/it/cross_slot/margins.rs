@@ -20,6 +20,10 @@ async fn a_shaping_limit_never_races_however_much_room_its_queue_shows() {
     ops[0].key.algorithm = Algorithm::LeakyBucket;
     ops[0].params.algorithm = Algorithm::LeakyBucket;
     ops[0].params.max_delay_ms = Some(60_000);
+    // An hour's window: a million per hour are 3.6 ms apart, so four never wait a
+    // minute (in a year's they would be 31.5 s apart).
+    ops[0].params.window_ms = 3_600_000;
+    ops[0].key.window_secs = 3600;
     for _ in 0..4 {
         let decisions = store.decide(&ops).await.expect("decided");
         assert!(decisions.iter().all(|d| d.allowed), "{decisions:?}");
