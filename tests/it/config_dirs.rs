@@ -23,7 +23,7 @@ use tollgate::server::reload::{self, ReloadStatus, Reloader};
 use tollgate::store::memory::MemoryStore;
 
 const LIMITED: &str =
-    "domain: dirs\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+    "domain: dirs\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}\n";
 
 /// A config directory with a valid file, a `self -> .` link and a pair of directories
 /// linking to each other: each alone once sent the walk round forever.
@@ -165,7 +165,7 @@ async fn a_loop_added_to_a_live_directory_fails_the_reload_and_the_old_set_serve
         "{errors:?}"
     );
     assert_eq!(state.generation, 1, "{state:?}");
-    // The old set still limits: its one request an hour is taken, the next denied.
+    // The old set still limits: its one request a year is taken, the next denied.
     let probe = || request("dirs", vec![descriptor(&[("k", "v")])]);
     let first = limiter.should_rate_limit(&probe()).await.unwrap();
     let second = limiter.should_rate_limit(&probe()).await.unwrap();

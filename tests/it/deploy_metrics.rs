@@ -23,10 +23,10 @@ const CONFIG: &str = "\
 domain: deploy
 descriptors:
   - key: client
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
   - key: shadowed
     shadow_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 1}
+    rate_limit: {unit: year, requests_per_unit: 1}
 ";
 
 /// PromQL words that are not metric names.

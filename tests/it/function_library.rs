@@ -18,7 +18,7 @@ fn op(tenant: &str) -> CounterOp {
     let params = Params {
         algorithm: Algorithm::FixedWindow,
         limit: 3,
-        window_ms: 3_600_000,
+        window_ms: 365 * 86_400_000,
         burst: 3,
         max_delay_ms: None,
         calendar: None,
@@ -29,7 +29,7 @@ fn op(tenant: &str) -> CounterOp {
             rule: Arc::from("tenant"),
             entries: [("tenant".into(), tenant.into())].into_iter().collect(),
             algorithm: Algorithm::FixedWindow,
-            window_secs: 3600,
+            window_secs: 365 * 86_400,
             time_zone: None,
             hash_tag: None,
         },

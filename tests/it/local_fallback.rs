@@ -26,7 +26,7 @@ domain: local
 failure_mode: local
 descriptors:
   - key: k
-    rate_limit: {unit: hour, requests_per_unit: 10}
+    rate_limit: {unit: year, requests_per_unit: 10}
 ";
 
 /// The shared store: exact counts while up, an immediate error while down.

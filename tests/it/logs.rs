@@ -14,7 +14,7 @@ use crate::common::process::{DEADLINE, Server, serve_config, tollgate};
 use crate::common::server::{descriptor, request};
 use crate::reload::http_get;
 
-const SHADOW: &str = "domain: logs\ndescriptors:\n  - key: user\n    shadow_mode: true\n    rate_limit: {name: trial, unit: hour, requests_per_unit: 1}\n  - key: ip\n    rate_limit: {name: per_ip, unit: hour, requests_per_unit: 1}\n";
+const SHADOW: &str = "domain: logs\ndescriptors:\n  - key: user\n    shadow_mode: true\n    rate_limit: {name: trial, unit: year, requests_per_unit: 1}\n  - key: ip\n    rate_limit: {name: per_ip, unit: year, requests_per_unit: 1}\n";
 
 /// `serve` with `config` and `env`; ready to answer.
 fn serve(config: &str, env: &[(&str, &str)]) -> (Server, tempfile::TempDir, u16, u16) {

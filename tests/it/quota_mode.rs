@@ -22,15 +22,15 @@ descriptors:
   - key: service
     value: alpha
     quota_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 1}
+    rate_limit: {unit: year, requests_per_unit: 1}
   - key: service
     value: beta
     quota_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 2}
+    rate_limit: {unit: year, requests_per_unit: 2}
   - key: user
-    rate_limit: {unit: hour, requests_per_unit: 1}
+    rate_limit: {unit: year, requests_per_unit: 1}
   - key: route
-    rate_limit: {unit: hour, requests_per_unit: 5}
+    rate_limit: {unit: year, requests_per_unit: 5}
 ";
 
 fn limiter(store: Arc<dyn Store>, options: LimiterOptions) -> Limiter {

@@ -72,7 +72,7 @@ domain: {MODE}
 failure_mode: {MODE}
 descriptors:
   - key: k
-    rate_limit: {unit: hour, requests_per_unit: 4}
+    rate_limit: {unit: year, requests_per_unit: 4}
 ";
 
 #[tokio::test]
@@ -139,7 +139,7 @@ async fn local_mode_admits_this_replicas_share() {
     assert_eq!(
         codes,
         [ok, ok, over, over],
-        "4 per hour over 2 replicas: 2 here"
+        "4 per year over 2 replicas: 2 here"
     );
     let counts = server.limiter.fallback_counts();
     assert!(

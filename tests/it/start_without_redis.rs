@@ -18,7 +18,7 @@ use common::process::{DEADLINE, Server, check, free_ports, row, run, text, tollg
 use common::redis::custom::free_port;
 
 /// `deny`, so a fallback answer (OVER_LIMIT) cannot be mistaken for a counted one.
-const CONFIG: &str = "domain: boot\nfailure_mode: deny\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n";
+const CONFIG: &str = "domain: boot\nfailure_mode: deny\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 100}\n";
 
 fn serve(dir: &Path, redis_url: &str) -> (Server, u16, u16) {
     let (grpc, http) = free_ports();

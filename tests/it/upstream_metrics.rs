@@ -54,9 +54,9 @@ async fn send(server: &TestServer, domain: &str, key: &str, value: &str, hits: u
 const NEAR: &str = "domain: n
 descriptors:
   - key: eight
-    rate_limit: {unit: hour, requests_per_unit: 8}
+    rate_limit: {unit: year, requests_per_unit: 8}
   - key: fifteen
-    rate_limit: {unit: hour, requests_per_unit: 15}
+    rate_limit: {unit: year, requests_per_unit: 15}
 ";
 
 #[tokio::test]
@@ -105,7 +105,7 @@ async fn each_overridden_descriptor_has_its_own_series() {
             let mut d = descriptor(&[("k", value)]);
             d.limit = Some(RateLimitOverride {
                 requests_per_unit: 2,
-                unit: RateLimitUnit::Hour as i32,
+                unit: RateLimitUnit::Year as i32,
             });
             client
                 .should_rate_limit(request("o", vec![d]))
@@ -134,9 +134,9 @@ const SHADOW: &str = "domain: s
 descriptors:
   - key: shadow
     shadow_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 1}
+    rate_limit: {unit: year, requests_per_unit: 1}
   - key: real
-    rate_limit: {unit: hour, requests_per_unit: 10}
+    rate_limit: {unit: year, requests_per_unit: 10}
 ";
 
 #[tokio::test]
@@ -188,12 +188,12 @@ async fn shadow_rules_are_answered_by_the_local_cache_on_redis_and_never_deny() 
 const FLAGGED: &str = "domain: up
 descriptors:
   - key: plain
-    rate_limit: {unit: hour, requests_per_unit: 5}
+    rate_limit: {unit: year, requests_per_unit: 5}
   - key: outer
     value: o
     descriptors:
       - key: inner
-        rate_limit: {unit: hour, requests_per_unit: 100}
+        rate_limit: {unit: year, requests_per_unit: 100}
 ";
 
 /// A `serve` process on the memory store with `args`, traffic sent with `check`; the
@@ -232,7 +232,7 @@ fn the_flag_also_exports_upstreams_prometheus_names_with_the_same_values() {
             &format!("ratelimit_service_rate_limit_{stat}{{domain=\"up\",key1=\"plain\"}}"),
         )
     };
-    // 5 per hour, 7 hits: 5 within, 2 over, only the 5th past floor(4.0).
+    // 5 per year, 7 hits: 5 within, 2 over, only the 5th past floor(4.0).
     assert_eq!(plain("total_hits"), 7.0, "{text}");
     assert_eq!(plain("within_limit"), 5.0);
     assert_eq!(plain("over_limit"), 2.0);
