@@ -64,9 +64,10 @@ fn envoy_sends_the_check_the_charge_and_the_release_as_the_guide_says() {
         .expect("temp dir");
     let capture = Capture::start();
     let (_upstream, upstream_port) = budgets::upstream(dir.path());
-    let ports = budgets::envoy_ports();
-    let config = budgets::render(&ports, capture.port, upstream_port, add_route_level);
-    let envoy = budgets::envoy(dir.path(), "envoy", &config, ports.admin);
+    let render = |ports: &budgets::EnvoyPorts| {
+        budgets::render(ports, capture.port, upstream_port, add_route_level)
+    };
+    let (envoy, ports) = budgets::envoy(dir.path(), "envoy", render);
     let listener = std::net::SocketAddr::from(([127, 0, 0, 1], ports.listener));
     let logs = || envoy.log_tail(30);
 

@@ -13,85 +13,37 @@ pub mod capture;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::envoy::REDIS_TIMEOUT_MS;
 use crate::common::envoy::render::load_yaml;
-use crate::common::process::{Server, root, tollgate};
-use crate::stack::guard::{Guarded, PidRecord};
+use crate::common::process::root;
+use crate::stack::guard::Guarded;
 use crate::stack::http;
-use crate::stack::start::free_ports;
+use crate::stack::start;
 
 pub use self::capture::Capture;
 
-const READY: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(50);
 
 fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-fn python() -> String {
-    std::env::var("TOLLGATE_PYTHON").unwrap_or_else(|_| "python3".to_owned())
-}
-
-/// Polls `GET path` until 200 while `process` runs; panics with its log otherwise.
-fn wait_http(process: &mut Guarded, addr: SocketAddr, path: &str) {
-    let deadline = Instant::now() + READY;
-    while Instant::now() < deadline {
-        process.assert_running();
-        if http::probe(addr, path).is_ok_and(|r| r.status == 200) {
-            return;
-        }
-        std::thread::sleep(POLL);
-    }
-    panic!("no 200 from {path} on {addr}\n{}", process.log_tail(40));
-}
-
 /// The budget upstream on a free port.
 pub fn upstream(dir: &Path) -> (Guarded, u16) {
-    let script = root().join("tests/python/budget_upstream.py");
-    let port = free_ports(1)[0];
-    let mut command = Command::new(python());
-    command.arg(&script).args(["--port", &port.to_string()]);
-    let mut process = Guarded::spawn("upstream", dir, &script.to_string_lossy(), command);
-    wait_http(&mut process, loopback(port), "/ready-probe");
-    (process, port)
+    start::python_upstream(dir, &root().join("tests/python/budget_upstream.py"))
 }
 
 /// One `tollgate serve` on `deploy/budgets/limits/`, the harness's cluster under
-/// `prefix`; answering gRPC.
-pub struct Tollgate {
-    pub server: Server,
-    pub grpc: u16,
-    _record: PidRecord,
-}
+/// `prefix`; answering gRPC. The stack's replica, with the concurrency checks below.
+pub use crate::stack::start::Replica as Tollgate;
 
 pub fn tollgate_on_limits(prefix: &str) -> Tollgate {
     let config = root().join("deploy/budgets/limits");
-    let ports = free_ports(2);
     let nodes = crate::common::redis::cluster().nodes().join(",");
-    let mut command = tollgate();
-    command
-        .arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .args(["--grpc-addr", &format!("127.0.0.1:{}", ports[0])])
-        .args(["--http-addr", &format!("127.0.0.1:{}", ports[1])])
-        .args(["--redis-cluster", &nodes])
-        .args(["--key-prefix", prefix])
-        .args(["--redis-timeout-ms", &REDIS_TIMEOUT_MS.to_string()]);
-    let mut server = Server::spawn(command);
-    let record = PidRecord::new(server.child.id(), env!("CARGO_BIN_EXE_tollgate"));
-    server.wait_until_serving(ports[0]);
-    Tollgate {
-        server,
-        grpc: ports[0],
-        _record: record,
-    }
+    start::replica_on(&config, &nodes, prefix, &[])
 }
 
 impl Tollgate {
@@ -172,29 +124,19 @@ pub fn render(
     serde_json::to_string_pretty(&config).expect("JSON")
 }
 
-/// Envoy on `config` (from [`render`]), ready.
-pub fn envoy(dir: &Path, name: &str, config: &str, admin: u16) -> Guarded {
+/// Envoy named `name` on the config `render` gives for its ports (see [`render`]),
+/// ready; and its ports.
+pub fn envoy(
+    dir: &Path,
+    name: &str,
+    render: impl Fn(&EnvoyPorts) -> String,
+) -> (Guarded, EnvoyPorts) {
     let binary = crate::stack::envoy_binary();
-    let path = dir.join(format!("{name}.json"));
-    std::fs::write(&path, config).expect("write envoy config");
-    let mut command = Command::new(&binary);
-    command
-        .arg("-c")
-        .arg(&path)
-        .args(["--disable-hot-restart", "--concurrency", "2"])
-        .args(["--log-level", "warning"]);
-    let mut process = Guarded::spawn(name, dir, &binary.to_string_lossy(), command);
-    wait_http(&mut process, loopback(admin), "/ready");
-    process
-}
-
-/// Fresh ports for an Envoy.
-pub fn envoy_ports() -> EnvoyPorts {
-    let ports = free_ports(2);
-    EnvoyPorts {
-        listener: ports[0],
-        admin: ports[1],
-    }
+    let (envoy, admin, listener) =
+        start::envoy_on(&binary, dir, name, "warning", |admin, listener| {
+            render(&EnvoyPorts { listener, admin })
+        });
+    (envoy, EnvoyPorts { listener, admin })
 }
 
 /// A request of tenant `tenant` to `path`, with the upstream's cost and delay.
@@ -276,8 +218,7 @@ fn another_envoy(
     upstream_port: u16,
     name: &str,
 ) -> (Guarded, SocketAddr) {
-    let ports = envoy_ports();
-    let config = render(&ports, tollgate.grpc, upstream_port, |_| {});
-    let envoy = envoy(dir.path(), name, &config, ports.admin);
+    let render = |ports: &EnvoyPorts| render(ports, tollgate.grpc, upstream_port, |_| {});
+    let (envoy, ports) = envoy(dir.path(), name, render);
     (envoy, loopback(ports.listener))
 }

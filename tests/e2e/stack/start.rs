@@ -69,12 +69,17 @@ fn wait_http(process: &mut Guarded, addr: SocketAddr, path: &str) -> Wait {
 
 /// `deploy/upstream/echo.py` on a free port.
 pub fn upstream(dir: &Path) -> (Guarded, u16) {
-    let script = root().join("deploy/upstream/echo.py");
+    python_upstream(dir, &root().join("deploy/upstream/echo.py"))
+}
+
+/// The Python upstream `script` (it takes `--host` and `--port`, and answers `GET
+/// /ready-probe`) on a free port.
+pub fn python_upstream(dir: &Path, script: &Path) -> (Guarded, u16) {
     for _ in 0..ATTEMPTS {
         let port = free_ports(1)[0];
         let mut command = Command::new(python());
         command
-            .arg(&script)
+            .arg(script)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()]);
         let mut process = Guarded::spawn("upstream", dir, &script.to_string_lossy(), command);
         if let Wait::Ready = wait_http(&mut process, loopback(port), "/ready-probe") {
@@ -94,6 +99,11 @@ pub struct Replica {
 /// A replica on free ports with the repository's `config/`, the Redis Cluster
 /// `nodes`, the key `prefix` and the `extra` arguments, answering gRPC.
 pub fn replica(nodes: &str, prefix: &str, extra: &[&str]) -> Replica {
+    replica_on(&root().join("config"), nodes, prefix, extra)
+}
+
+/// [`replica`] on the limits in `config` (a file or directory).
+pub fn replica_on(config: &Path, nodes: &str, prefix: &str, extra: &[&str]) -> Replica {
     for _ in 0..ATTEMPTS {
         let ports = free_ports(2);
         let (grpc, http) = (ports[0], ports[1]);
@@ -101,7 +111,7 @@ pub fn replica(nodes: &str, prefix: &str, extra: &[&str]) -> Replica {
         command
             .arg("serve")
             .arg("--config")
-            .arg(root().join("config"))
+            .arg(config)
             .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
             .args(["--http-addr", &format!("127.0.0.1:{http}")])
             .args(["--redis-cluster", nodes])
@@ -139,27 +149,42 @@ pub fn replica(nodes: &str, prefix: &str, extra: &[&str]) -> Replica {
 
 /// Envoy on `deploy/envoy/envoy.yaml`, rewritten for loopback ([`loopback::render`]), ready.
 pub fn envoy(binary: &Path, dir: &Path, upstream: u16, replicas: Vec<u16>) -> (Guarded, Addresses) {
+    let addresses = |admin, listener| Addresses {
+        admin,
+        listener,
+        replicas: replicas.clone(),
+        upstream,
+    };
+    let render = |admin, listener| loopback::render(&addresses(admin, listener));
+    let (mut envoy, admin, listener) = envoy_on(binary, dir, "envoy", "info", render);
+    wait_replicas_healthy(&mut envoy, loopback(admin), &replicas);
+    (envoy, addresses(admin, listener))
+}
+
+/// Envoy named `name` on the config `render(admin port, listener port)` gives, on
+/// free ports, ready; with those ports.
+pub fn envoy_on(
+    binary: &Path,
+    dir: &Path,
+    name: &str,
+    log_level: &str,
+    render: impl Fn(u16, u16) -> String,
+) -> (Guarded, u16, u16) {
     for _ in 0..ATTEMPTS {
         let ports = free_ports(2);
-        let addresses = Addresses {
-            admin: ports[0],
-            listener: ports[1],
-            replicas: replicas.clone(),
-            upstream,
-        };
-        let config = dir.join("envoy.json");
-        std::fs::write(&config, loopback::render(&addresses)).expect("write envoy.json");
+        let (admin, listener) = (ports[0], ports[1]);
+        let config = dir.join(format!("{name}.json"));
+        std::fs::write(&config, render(admin, listener)).expect("write the Envoy config");
         let mut command = Command::new(binary);
         command
             .arg("-c")
             .arg(&config)
             // Several Envoys run at once: no shared memory for hot restart.
             .args(["--disable-hot-restart", "--concurrency", "2"])
-            .args(["--log-level", "info"]);
-        let mut envoy = Guarded::spawn("envoy", dir, &binary.to_string_lossy(), command);
-        if let Wait::Ready = wait_http(&mut envoy, loopback(addresses.admin), "/ready") {
-            wait_replicas_healthy(&mut envoy, loopback(addresses.admin), &addresses.replicas);
-            return (envoy, addresses);
+            .args(["--log-level", log_level]);
+        let mut envoy = Guarded::spawn(name, dir, &binary.to_string_lossy(), command);
+        if let Wait::Ready = wait_http(&mut envoy, loopback(admin), "/ready") {
+            return (envoy, admin, listener);
         }
     }
     panic!("Envoy lost the race for free ports {ATTEMPTS} times");
