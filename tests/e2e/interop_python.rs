@@ -1,7 +1,9 @@
-//! Wire compatibility with an independent client: the real server (memory store, real
-//! clock) on the `tests/fixtures/interop/` config, driven by `tests/python/interop.py`
-//! (grpcio plus the stubs `xds-protos` generates from Envoy's own protos). Needs
-//! `TOLLGATE_PYTHON`, which `scripts/test` sets; without it the test fails, never skips.
+//! Wire compatibility with an independent client: the real server on the
+//! `tests/fixtures/interop/` config, driven by `tests/python/interop.py` (grpcio plus
+//! the stubs `xds-protos` generates from Envoy's own protos). Its memory store runs on
+//! a clock that stands still mid-day, so no day, week or hour ends between the calls
+//! the script counts across. Needs `TOLLGATE_PYTHON`, which `scripts/test` sets;
+//! without it the test fails, never skips.
 
 use crate::common;
 
@@ -10,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::server::TestServer;
+use tollgate::clock::ManualClock;
 use tollgate::limiter::LimiterOptions;
 use tollgate::store::memory::MemoryStore;
 
@@ -27,12 +30,10 @@ async fn python_grpcio_client_agrees_with_envoys_schema() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let config = tollgate::config::load_path(&root.join("tests/fixtures/interop"))
         .unwrap_or_else(|e| panic!("interop fixture does not load: {e}"));
-    let server = TestServer::start(
-        config,
-        Arc::new(MemoryStore::new()),
-        LimiterOptions::default(),
-    )
-    .await;
+    // Tuesday 2026-12-01 12:00:30 UTC.
+    let clock = Arc::new(ManualClock::new(1_796_126_430_000));
+    let store = Arc::new(MemoryStore::with_clock(clock));
+    let server = TestServer::start(config, store, LimiterOptions::default()).await;
 
     let script = root.join("tests/python/interop.py");
     let run = tokio::process::Command::new(&python)
