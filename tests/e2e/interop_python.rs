@@ -8,13 +8,10 @@
 use crate::common;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::server::TestServer;
-use tollgate::clock::ManualClock;
 use tollgate::limiter::LimiterOptions;
-use tollgate::store::memory::MemoryStore;
 
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(120);
 
@@ -30,9 +27,7 @@ async fn python_grpcio_client_agrees_with_envoys_schema() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let config = tollgate::config::load_path(&root.join("tests/fixtures/interop"))
         .unwrap_or_else(|e| panic!("interop fixture does not load: {e}"));
-    // Tuesday 2026-12-01 12:00:30 UTC.
-    let clock = Arc::new(ManualClock::new(1_796_126_430_000));
-    let store = Arc::new(MemoryStore::with_clock(clock));
+    let store = common::stores::still_memory_store();
     let server = TestServer::start(config, store, LimiterOptions::default()).await;
 
     let script = root.join("tests/python/interop.py");

@@ -14,7 +14,6 @@ use common::process::{run, text, tollgate};
 use common::server::{descriptor, request};
 use prost_types::value::Kind;
 use prost_types::{Struct, Value};
-use tollgate::clock::ManualClock;
 use tollgate::config::rule::MetricLevel;
 use tollgate::config::{Config, RuleKind, load_path, load_sources};
 use tollgate::limiter::{Limiter, LimiterOptions};
@@ -39,14 +38,6 @@ fn limiter(store: Arc<dyn Store>, response_dynamic_metadata: bool) -> Limiter {
     Limiter::new(examples(), store, options)
 }
 
-/// A memory store on a clock that stands still mid-minute: the examples count in
-/// minutes, and a minute's end between two calls would reset what the test counts.
-fn still_store() -> Arc<dyn Store> {
-    // 2026-12-01 12:00:30 UTC.
-    let clock = Arc::new(ManualClock::new(1_796_126_430_000));
-    Arc::new(MemoryStore::with_clock(clock))
-}
-
 async fn call(limiter: &Limiter, descriptors: Vec<RateLimitDescriptor>) -> RateLimitResponse {
     limiter
         .should_rate_limit(&request("gateway", descriptors))
@@ -64,7 +55,7 @@ fn upstream_example_shapes_pass_tollgate_validate() {
 
 #[tokio::test]
 async fn upstream_example_limits_behave_as_upstreams() {
-    let limiter = limiter(still_store(), false);
+    let limiter = limiter(common::stores::still_memory_store(), false);
     // `category: account` replaces the limit named vip: foo/bar=vip is not counted.
     let account = || descriptor(&[("category", "account")]);
     let vip = || descriptor(&[("foo", "x"), ("bar", "vip")]);
@@ -139,7 +130,7 @@ fn service_name(answer: &RateLimitResponse) -> &str {
 
 #[tokio::test]
 async fn passed_descriptors_metadata_is_returned_with_the_request_as_upstream_sends_it() {
-    let limiter = limiter(still_store(), true);
+    let limiter = limiter(common::stores::still_memory_store(), true);
     let services = || {
         let mut beta = descriptor(&[("service", "beta")]);
         beta.hits_addend = Some(1);

@@ -21,15 +21,11 @@ use crate::common::envoy::render::load_yaml;
 use crate::common::process::root;
 use crate::stack::guard::Guarded;
 use crate::stack::http;
-use crate::stack::start;
+use crate::stack::start::{self, loopback};
 
 pub use self::capture::Capture;
 
 const POLL: Duration = Duration::from_millis(50);
-
-fn loopback(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
 
 /// The budget upstream on a free port.
 pub fn upstream(dir: &Path) -> (Guarded, u16) {

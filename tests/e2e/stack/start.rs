@@ -26,7 +26,8 @@ pub fn free_ports(count: usize) -> Vec<u16> {
     crate::common::ports::free_ports(count, false)
 }
 
-fn loopback(port: u16) -> SocketAddr {
+/// `127.0.0.1:port`.
+pub fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 

@@ -133,7 +133,7 @@ impl Load {
 /// Calls a phase's tally must hold to say anything (the suites assert over 100): a
 /// loaded machine answers fewer in a phase's seconds (96 in 2.3 s was seen), so a
 /// phase runs on until it has them, for at most [`MAX_EXTRA`] more.
-pub const ENOUGH: u64 = 200;
+const ENOUGH: u64 = 200;
 const MAX_EXTRA: Duration = Duration::from_secs(30);
 
 /// Runs a load for `duration`, and on until it answered [`ENOUGH`] calls; its tally.

@@ -34,15 +34,15 @@ pub fn free_ports(count: usize, with_bus_ports: bool) -> Vec<u16> {
         Ordering::SeqCst,
         Ordering::SeqCst,
     );
+    let free = |p: u32| TcpListener::bind((Ipv4Addr::LOCALHOST, p as u16)).is_ok();
     let mut ports = Vec::with_capacity(count);
     for _ in 0..SPAN {
-        if ports.len() == count {
-            return ports;
-        }
         let port = FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN;
-        let free = |p: u32| TcpListener::bind((Ipv4Addr::LOCALHOST, p as u16)).is_ok();
         if free(port) && (!with_bus_ports || free(port + BUS_OFFSET)) {
             ports.push(port as u16);
+            if ports.len() == count {
+                return ports;
+            }
         }
     }
     panic!(

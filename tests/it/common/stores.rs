@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::algorithm::{Algorithm, Params};
+use tollgate::clock::ManualClock;
+use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::redis::connect::{RedisOptions, RedisTarget};
 use tollgate::store::{CounterKey, CounterOp, Store, StoreError, StoreFuture};
@@ -56,6 +58,13 @@ impl Store for DownStore {
     fn dry_run<'a>(&'a self, ops: &'a [CounterOp]) -> StoreFuture<'a> {
         self.decide(ops)
     }
+}
+
+/// A memory store on a clock that stands still at Tuesday 2026-12-01 12:00:30 UTC:
+/// no minute, hour, day or week ends between the calls a test counts across.
+pub fn still_memory_store() -> Arc<MemoryStore> {
+    let clock = Arc::new(ManualClock::new(1_796_126_430_000));
+    Arc::new(MemoryStore::with_clock(clock))
 }
 
 pub fn down() -> Arc<DownStore> {

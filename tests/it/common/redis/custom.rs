@@ -59,9 +59,7 @@ pub fn private_cluster() -> Result<RedisCluster, String> {
 
 /// A free loopback port (for ports a server opens besides its main one, e.g.
 /// `--tls-port`).
-pub fn free_port() -> u16 {
-    crate::common::ports::free_port()
-}
+pub use crate::common::ports::free_port;
 
 /// The pid of the server answering on `port` (`INFO server`).
 pub fn pid_of(port: u16) -> Result<u32, String> {
