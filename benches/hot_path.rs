@@ -93,6 +93,7 @@ fn counter_ops(config: &Config, request: &RateLimitRequest) -> Vec<CounterOp> {
                         cost: 1,
                         vetoes: true,
                         mode: tollgate::algorithm::Mode::Limit,
+                        lease: None,
                     })
                     .collect::<Vec<_>>(),
                 _ => Vec::new(),

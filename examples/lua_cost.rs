@@ -160,6 +160,7 @@ fn op(algorithm: Algorithm) -> CounterOp {
         cost: 1,
         vetoes: true,
         mode: tollgate::algorithm::Mode::Limit,
+        lease: None,
     }
 }
 

@@ -103,8 +103,16 @@ local CAL_LEN, CLOCK = 48, 'tollgate: calendar clock '
 -- made again with everything else. At most KEPT (costs vary with hits_addend).
 local kept, kept_n, KEPT = {}, 0, 1024
 local function parse(text)
-  if text == nil or (#text ~= OP_LEN and #text ~= OP_LEN + CAL_LEN) then return nil end
+  if text == nil or #text < OP_LEN then return nil end
   local flag, id, limit, window, burst, max_delay, flags, cost = struct.unpack(OP, text)
+  -- Bit 3: the request's lease id follows (a concurrency rule's lease_key), the rest
+  -- of the text; else the text is the operation, or it and its calendar periods.
+  local lease
+  if flags >= 8 then
+    lease, flags = string.sub(text, OP_LEN + 1), flags - 8
+  elseif #text ~= OP_LEN and #text ~= OP_LEN + CAL_LEN then
+    return nil
+  end
   local algo = algorithm(id)
   -- Whole numbers only, none negative but max_delay's -1 (a NaN fails every test).
   if algo == nil or (flag ~= PLUS and flag ~= MINUS and flag ~= DOT) or flags > 7
@@ -130,11 +138,13 @@ local function parse(text)
   local p = {
     algo = algo, decide = decide, take = take, untake = algo.untake, limit = limit, window = window, burst = burst,
     max_delay = max_delay, vetoes = flags % 2 == 1, cost = cost, starts = flag ~= DOT,
-    dry = flag == MINUS, commits = commits, need = need, check = algo.decide,
+    dry = flag == MINUS, commits = commits, need = need, check = algo.decide, lease = lease,
   }
   -- Whether the lean path may decide it (`decide_lean`).
   p.lean = take ~= nil and algo.lean ~= nil and algo.lean(p)
-  if #text > OP_LEN then
+  if lease then
+    -- One request's own: never kept for another call.
+  elseif #text > OP_LEN then
     local ok, why = calendar(p, text, OP_LEN + 1, now_ms)
     if why then skewed = true end
     if not ok then return nil end

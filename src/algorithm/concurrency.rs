@@ -1,53 +1,115 @@
 //! Concurrency: requests in flight. Every acquisition is a lease that expires one
-//! window (the lease time: `unit` x `unit_multiplier`) after it was taken unless a
-//! release (`is_negative_hits`) gives it back first, so an Envoy that dies
-//! mid-request gives its slots back within the lease. Admit while fewer than the
-//! limit were held before the request; every acquisition counts, admitted or not,
-//! because Envoy sends the stream-done release for denied requests too: were a denied
-//! acquisition not counted, its release would free a slot an admitted request holds.
-//! A release gives back the latest-expiring leases: the leases are anonymous, and
-//! giving back the earliest would hand a dead Envoy's old leases the expiry of the
-//! newest acquisitions; under steady traffic (each denied try taking a lease and
-//! releasing one) they would never expire. Given back from the newest, every lease
-//! left is as old as it really is, so a dead Envoy's slots come back within the
-//! lease whatever the traffic; a live request runs on an older lease only when it
-//! outlives the lease, which the lease time is chosen to exceed.
+//! window (the lease time: `unit` x `unit_multiplier`, or `lease`) after it was taken
+//! unless a release (`is_negative_hits`) gives it back first, so an Envoy that dies
+//! mid-request gives its slots back within the lease. Envoy sends the stream-done
+//! release for denied requests too, so a release must never free a slot an admitted
+//! request still holds. Two ways to keep that, by whether the rule names the entry
+//! that identifies a request (`lease_key`):
 //!
-//! Leases are kept per whole second of expiry (a lease lasts its lease time, rounded
-//! up to the second), so a counter holds at most one entry per second of the lease
-//! however many requests are in flight.
+//! - **Named leases** (`lease_key: request_id`, the entry carrying `x-request-id`): a
+//!   lease is the request's own, and a release frees exactly its own lease; a release
+//!   of an unknown or expired lease frees nothing. A denied acquisition holds no slot
+//!   but is remembered until its release (a marker), so that an id denied once and
+//!   admitted later cannot have the earlier request's release free the later one's
+//!   slot. An id acquired again while its lease lives (ids are the client's to send:
+//!   Envoy keeps an incoming `x-request-id` from a trusted client) is refused, and
+//!   its lease is then `reused`: no release can say which of the two requests it
+//!   ends, so none frees it, and it stays until it expires, extended to the lease of
+//!   the latest acquisition. So whatever ids arrive, a slot is freed only by the one
+//!   request that took it, or by its expiry after that request's own lease: never more
+//!   than the limit in flight while every request releases within its lease.
+//! - **Anonymous leases** (no `lease_key`): a release cannot say whose lease it ends.
+//!   Every acquisition counts, admitted or not (the denied request's release comes
+//!   all the same), and a release gives back the **earliest-expiring** lease. That
+//!   keeps the limit: while every request releases within its lease, the leases held
+//!   are at least the requests in flight, because removing the earliest leaves
+//!   leases that expire no sooner than the ones a matched release would have left
+//!   (an exchange argument: see `tests::anonymous_never_over_admits`). Giving back
+//!   the latest instead let a request that finished early remove a newer request's
+//!   lease while its own older one expired under that newer request. The price, and
+//!   it is unavoidable without identities: leases of an Envoy that died are renewed
+//!   by any traffic that keeps arriving (each acquisition and release pair leaves the
+//!   newer lease behind), so they come back only once the counter sees no acquisition
+//!   for a whole lease. Name the lease to have them back within the lease.
+//!
+//! Anonymous leases are kept per whole second of expiry (a lease lasts its lease time,
+//! rounded up to the second), so a counter holds at most one entry per second of the
+//! lease however many requests are in flight; named leases are kept per id, to the
+//! millisecond.
 
 use std::collections::BTreeMap;
 
-use super::{Decision, Layout, Model, Params, Stored};
+use super::{Decision, Layout, Mode, Model, Params, Stored};
 
-/// Leases held: how many expire at each second (since the epoch).
+/// Leases held.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct State {
+    /// Anonymous leases: how many expire at each second (since the epoch).
     pub leases: BTreeMap<u64, u64>,
+    /// Named leases, by the request's id.
+    pub named: BTreeMap<String, Lease>,
 }
 
-/// The second a lease taken at `now_ms` expires.
+/// One named lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// When it expires unless released first (ms since the epoch).
+    pub expires_ms: u64,
+    /// Whether it holds a slot: false for a denied acquisition's marker.
+    pub holds: bool,
+    /// The id was acquired again while this lived: no release frees it.
+    pub reused: bool,
+}
+
+/// The second an anonymous lease taken at `now_ms` expires.
 fn expiry(params: &Params, now_ms: u64) -> u64 {
     (now_ms + params.window_ms).div_ceil(1000)
 }
 
-/// The leases still held at `now_ms` (expired ones dropped) and how many.
+/// The leases still held at `now_ms` (expired ones dropped) and how many slots they hold.
 fn held(state: Option<&State>, now_ms: u64) -> (State, u64) {
     let mut s = state.cloned().unwrap_or_default();
     s.leases.retain(|&at, _| at * 1000 > now_ms);
-    let n = s.leases.values().fold(0u64, |a, &b| a.saturating_add(b));
-    (s, n)
+    s.named.retain(|_, lease| lease.expires_ms > now_ms);
+    let anonymous = s.leases.values().fold(0u64, |a, &b| a.saturating_add(b));
+    let named = s.named.values().filter(|l| l.holds).count() as u64;
+    (s, anonymous.saturating_add(named))
 }
 
-/// Until the last lease expires (the counter is empty then).
+/// The expiries (ms) of the slots held, earliest first, with how many expire then.
+fn slots(s: &State) -> Vec<(u64, u64)> {
+    let mut slots: Vec<(u64, u64)> = s.leases.iter().map(|(&at, &n)| (at * 1000, n)).collect();
+    slots.extend(
+        s.named
+            .values()
+            .filter(|l| l.holds)
+            .map(|l| (l.expires_ms, 1)),
+    );
+    slots.sort_unstable();
+    slots
+}
+
+/// Until the last slot held frees (the counter admits its whole limit then).
 fn reset_ms(s: &State, now_ms: u64) -> u64 {
-    s.leases
-        .keys()
-        .next_back()
-        .map_or(0, |&at| (at * 1000).saturating_sub(now_ms))
+    slots(s)
+        .last()
+        .map_or(0, |&(at, _)| at.saturating_sub(now_ms))
 }
 
+/// When a slot frees with `n` held: the (n - L + 1)-th earliest expiry (or sooner, by a
+/// release).
+fn retry_ms(s: &State, params: &Params, now_ms: u64, n: u64) -> u64 {
+    let mut freed = 0u64;
+    for (at, count) in slots(s) {
+        freed = freed.saturating_add(count);
+        if freed > n.saturating_sub(params.limit) {
+            return at.saturating_sub(now_ms);
+        }
+    }
+    reset_ms(s, now_ms)
+}
+
+/// An anonymous acquisition (or a check, `cost` 0).
 pub fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
     let (mut s, n) = held(state, now_ms);
     let admitted = n < params.limit;
@@ -60,32 +122,23 @@ pub fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) ->
         let remaining = params.limit.saturating_sub(n.saturating_add(cost));
         return (s, Decision::allow(remaining, reset));
     }
-    // A slot frees when the (n - L + 1)-th earliest lease expires, or sooner by a release.
-    let mut freed = 0;
-    let mut retry = reset;
-    for (&at, &count) in &s.leases {
-        freed = count.saturating_add(freed);
-        if freed > n - params.limit {
-            retry = (at * 1000).saturating_sub(now_ms);
-            break;
-        }
-    }
+    let retry = retry_ms(&s, params, now_ms, n);
     (s, Decision::deny(reset, Some(retry)))
 }
 
-/// Gives back the `cost` latest-expiring leases (see the module's note).
+/// Gives back the `cost` earliest-expiring anonymous leases (see the module's note).
 pub fn release(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
     let (mut s, n) = held(state, now_ms);
     let mut left = cost;
     while left > 0 {
-        let Some(mut last) = s.leases.last_entry() else {
+        let Some(mut first) = s.leases.first_entry() else {
             break;
         };
-        let take = left.min(*last.get());
-        *last.get_mut() -= take;
+        let take = left.min(*first.get());
+        *first.get_mut() -= take;
         left -= take;
-        if *last.get() == 0 {
-            last.remove();
+        if *first.get() == 0 {
+            first.remove();
         }
     }
     let remaining = params
@@ -95,12 +148,81 @@ pub fn release(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -
     (s, Decision::allow(remaining, reset))
 }
 
+/// A named acquisition by the request `id` (one slot, whatever its hits; `cost` 0
+/// only checks): see the module's note.
+pub fn acquire_named(
+    state: Option<&State>,
+    params: &Params,
+    now_ms: u64,
+    cost: u64,
+    id: &str,
+) -> (State, Decision) {
+    let (mut s, n) = held(state, now_ms);
+    if cost == 0 {
+        return check(s, params, now_ms, n);
+    }
+    let expires_ms = now_ms + params.window_ms;
+    if let Some(lease) = s.named.get_mut(id) {
+        // The id again while its lease lives: refused, and the lease reused.
+        lease.reused = true;
+        lease.expires_ms = lease.expires_ms.max(expires_ms);
+        let retry = lease.expires_ms - now_ms;
+        let reset = reset_ms(&s, now_ms);
+        return (s, Decision::deny(reset, Some(retry)));
+    }
+    let holds = n < params.limit;
+    s.named.insert(
+        id.to_owned(),
+        Lease {
+            expires_ms,
+            holds,
+            reused: false,
+        },
+    );
+    let reset = reset_ms(&s, now_ms);
+    if holds {
+        return (s, Decision::allow(params.limit - n - 1, reset));
+    }
+    let retry = retry_ms(&s, params, now_ms, n);
+    (s, Decision::deny(reset, Some(retry)))
+}
+
+/// The release of the request `id`: its own lease (or a denied acquisition's marker)
+/// goes, unless reused; an unknown or expired one frees nothing.
+pub fn release_named(
+    state: Option<&State>,
+    params: &Params,
+    now_ms: u64,
+    id: &str,
+) -> (State, Decision) {
+    let (mut s, mut n) = held(state, now_ms);
+    if let Some(lease) = s.named.get(id).copied()
+        && !lease.reused
+    {
+        s.named.remove(id);
+        n -= u64::from(lease.holds);
+    }
+    let reset = reset_ms(&s, now_ms);
+    (
+        s,
+        Decision::allow(params.limit.saturating_sub(n), reset),
+    )
+}
+
+/// A check: what an acquisition would be told, nothing taken.
+fn check(s: State, params: &Params, now_ms: u64, n: u64) -> (State, Decision) {
+    let reset = reset_ms(&s, now_ms);
+    if n < params.limit {
+        return (s, Decision::allow(params.limit - n, reset));
+    }
+    let retry = retry_ms(&s, params, now_ms, n);
+    (s, Decision::deny(reset, Some(retry)))
+}
+
 pub fn expires_at_ms(state: &State, now_ms: u64) -> u64 {
-    state
-        .leases
-        .keys()
-        .next_back()
-        .map_or(now_ms, |&at| at * 1000)
+    let anonymous = state.leases.keys().next_back().map(|&at| at * 1000);
+    let named = state.named.values().map(|l| l.expires_ms).max();
+    anonymous.max(named).unwrap_or(now_ms)
 }
 
 /// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/concurrency.lua`.
@@ -144,70 +266,45 @@ impl Model for Concurrency {
         release(state, params, now_ms, cost)
     }
 
+    fn apply_named(
+        state: Option<&State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+        mode: Mode,
+        id: &str,
+    ) -> (State, Decision) {
+        match mode {
+            Mode::Release => release_named(state, params, now_ms, id),
+            _ => acquire_named(state, params, now_ms, cost, id),
+        }
+    }
+
     fn expires_at_ms(state: &State, _params: &Params, now_ms: u64) -> u64 {
         expires_at_ms(state, now_ms)
     }
 
-    // concurrency.lua: a hash {expiry second (unix s) = leases expiring then}
+    // concurrency.lua: anonymous leases in a hash {expiry second (unix s) = leases
+    // expiring then}; named ones in a sorted set (read as a hash's fields here).
     fn describe(stored: &Stored) -> String {
-        format!("leases by expiry second (unix s): {}", stored.fields_text())
+        match stored {
+            Stored::SortedSet { members } => format!("{members} named leases and markers"),
+            _ => format!("leases by expiry second (unix s): {}", stored.fields_text()),
+        }
     }
 
-    /// A map node per expiry second, each about two words and the tree's share.
+    /// A map node per expiry second, each about two words and the tree's share; a
+    /// named lease its id and its node.
     fn heap_bytes(state: &State) -> usize {
-        state.leases.len() * 4 * std::mem::size_of::<u64>()
+        let named: usize = state
+            .named
+            .keys()
+            .map(|id| id.capacity() + 6 * std::mem::size_of::<u64>())
+            .sum();
+        state.leases.len() * 4 * std::mem::size_of::<u64>() + named
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::algorithm::Algorithm;
-    use std::time::Duration;
-
-    fn params(limit: u64, lease_secs: u64) -> Params {
-        Params {
-            algorithm: Algorithm::Concurrency,
-            limit,
-            window_ms: lease_secs * 1000,
-            burst: limit,
-            max_delay_ms: None,
-            calendar: None,
-        }
-    }
-
-    #[test]
-    fn admits_while_fewer_than_the_limit_are_held_and_counts_every_acquisition() {
-        let p = params(2, 60);
-        let (s, d) = decide(None, &p, 1_000, 1);
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 1);
-        let (s, d) = decide(Some(&s), &p, 1_000, 1);
-        assert!(d.allowed);
-        let (s, d) = decide(Some(&s), &p, 2_000, 1);
-        assert!(!d.allowed, "two held");
-        assert_eq!(d.retry_after, Some(Duration::from_secs(59)), "the first leases end");
-        assert_eq!(s.leases.values().sum::<u64>(), 3, "the denied one counts too");
-        // The denied request's release, then an admitted one's: one slot free.
-        let (s, _) = release(Some(&s), &p, 3_000, 1);
-        let (s, d) = release(Some(&s), &p, 3_000, 1);
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 1);
-        let (_, d) = decide(Some(&s), &p, 3_000, 1);
-        assert!(d.allowed);
-    }
-
-    #[test]
-    fn leases_expire_and_releases_never_go_below_zero() {
-        let p = params(1, 10);
-        let (s, _) = decide(None, &p, 0, 1);
-        let (_, d) = decide(Some(&s), &p, 9_999, 1);
-        assert!(!d.allowed, "still leased");
-        let (s, d) = decide(Some(&s), &p, 10_000, 1);
-        assert!(d.allowed, "the lease expired: an Envoy that died gave it back");
-        let (s, d) = release(Some(&s), &p, 10_000, 5);
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 1);
-        assert!(s.leases.is_empty());
-    }
-}
+#[path = "concurrency_tests.rs"]
+mod tests;

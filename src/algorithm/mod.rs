@@ -136,6 +136,25 @@ pub trait Model {
         cost: u64,
     ) -> (Self::State, Decision);
 
+    /// An operation that names its own lease (`lease_key`: the request's id), in
+    /// `mode`. Only a model that takes a lease is sent one (the config refuses
+    /// `lease_key` elsewhere); for any other the id means nothing and this is
+    /// [`Model::decide`] or [`Model::release`].
+    fn apply_named(
+        state: Option<&Self::State>,
+        params: &Params,
+        now_ms: u64,
+        cost: u64,
+        mode: Mode,
+        id: &str,
+    ) -> (Self::State, Decision) {
+        let _ = id;
+        match mode {
+            Mode::Release => Self::release(state, params, now_ms, cost),
+            _ => Self::decide(state, params, now_ms, cost),
+        }
+    }
+
     /// When `state` stops mattering (the Redis TTL of its key): after this instant it
     /// is equivalent to no state at all.
     fn expires_at_ms(state: &Self::State, params: &Params, now_ms: u64) -> u64;
@@ -300,13 +319,13 @@ macro_rules! algorithms {
 
         /// [`decide`] in `mode`: a charge or a release goes to the model's own
         /// ([`Model::charge`], [`Model::release`]); a charge where the model refuses
-        /// charges (the config refuses it, so only a caller's mistake) is a limit.
+        /// charges (the config refuses it, so only a caller's mistake) is a limit. An
+        /// operation naming its lease (`lease`) goes to [`Model::apply_named`].
         pub fn apply(
             state: Option<&State>,
             params: &Params,
             now_ms: u64,
-            cost: u64,
-            mode: Mode,
+            (cost, mode, lease): (u64, Mode, Option<&str>),
         ) -> (State, Decision) {
             match params.algorithm {
                 $(Algorithm::$variant => {
@@ -315,9 +334,12 @@ macro_rules! algorithms {
                         Some(State::$variant(s)) => Some(s),
                         _ => None,
                     };
-                    let (s, d) = match mode {
-                        Mode::Release => <M as Model>::release(prior, params, now_ms, cost),
-                        Mode::Overdraft | Mode::Quota
+                    let (s, d) = match (mode, lease) {
+                        (_, Some(id)) => {
+                            <M as Model>::apply_named(prior, params, now_ms, cost, mode, id)
+                        }
+                        (Mode::Release, None) => <M as Model>::release(prior, params, now_ms, cost),
+                        (Mode::Overdraft | Mode::Quota, None)
                             if <M as Model>::CHARGE_REFUSAL.is_none() =>
                         {
                             <M as Model>::charge(prior, params, now_ms, cost, mode.need(cost))

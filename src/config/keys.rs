@@ -49,6 +49,7 @@ static RATE_LIMIT: Shape = Shape::Map(&[
     ("leaky_bucket", &LEAKY_BUCKET),
     ("time_zone", &TEXT),
     ("lease", &TEXT),
+    ("lease_key", &TEXT),
 ]);
 static RATE_LIMITS: Shape = Shape::List(&RATE_LIMIT);
 static DESCRIPTORS: Shape = Shape::List(&DESCRIPTOR);

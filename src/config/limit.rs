@@ -122,6 +122,10 @@ pub struct Limit {
     /// tollgate extension: days, weeks, months and years are this zone's calendar
     /// periods (validated: only with those units and an algorithm that takes one).
     pub time_zone: Option<chrono_tz::Tz>,
+    /// tollgate extension: the entry naming the request, whose value is the lease's
+    /// identity (validated: only where the algorithm takes a lease, and only the
+    /// rule's own key, with no value).
+    pub lease_key: Option<Arc<str>>,
 }
 
 impl Limit {
@@ -136,6 +140,7 @@ impl Limit {
             max_delay: None,
             name: None,
             time_zone: None,
+            lease_key: None,
         }
     }
 
@@ -188,6 +193,9 @@ impl std::fmt::Display for Limit {
         }
         if let Some(zone) = self.time_zone {
             write!(f, " time_zone={}", zone.name())?;
+        }
+        if let Some(key) = &self.lease_key {
+            write!(f, " lease_key={key}")?;
         }
         if let Some(name) = &self.name {
             write!(f, " name={name}")?;

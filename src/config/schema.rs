@@ -90,6 +90,10 @@ pub struct RateLimitYaml {
     /// tollgate extension: how long an acquisition of a concurrency rule counts
     /// unless released first (a duration such as `90s` or `5m`).
     pub lease: Option<Spanned<String>>,
+    /// tollgate extension: the descriptor entry naming the request (its id) on a
+    /// concurrency rule, so a release frees exactly its own lease; the rule's own
+    /// (last) key, which then is the lease's identity and not part of the counter.
+    pub lease_key: Option<Spanned<String>>,
 }
 
 /// Options of the leaky-bucket shaper.

@@ -248,6 +248,7 @@ pub fn build<'a>(
                 // A release is never denied, so it has nothing to veto with.
                 vetoes: vetoes && mode != Mode::Release,
                 mode,
+                lease: lease(descriptor, limit).map(CompactString::new),
             });
         }
         *range = first..ops.len();
@@ -273,6 +274,17 @@ fn mode(descriptor: &RateLimitDescriptor, limit: &Limit, overdraft: bool, quota:
     }
 }
 
+/// The request's own lease when `limit` names one (`lease_key`): the value of the
+/// last entry, the rule's own key-only node (the config allows no other). It
+/// identifies the request, so it stays out of the counter ([`counter_key`]).
+pub fn lease<'d>(descriptor: &'d RateLimitDescriptor, limit: &Limit) -> Option<&'d str> {
+    let lease_key = limit.lease_key.as_deref()?;
+    let last = descriptor.entries.last()?;
+    (last.key == lease_key).then_some(last.value.as_str())
+}
+
+/// The counter `limit` counts on for `descriptor`: the request's entries, but for the
+/// one naming its lease ([`lease`]).
 pub fn counter_key(
     domain: &Arc<str>,
     rule: Option<&Rule>,
@@ -280,8 +292,11 @@ pub fn counter_key(
     shared: u64,
     limit: &Limit,
 ) -> CounterKey {
-    let entries = descriptor
-        .entries
+    let mut entries = &descriptor.entries[..];
+    if lease(descriptor, limit).is_some() {
+        entries = &entries[..entries.len() - 1];
+    }
+    let entries = entries
         .iter()
         .enumerate()
         .map(|(i, e)| {

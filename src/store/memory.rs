@@ -284,7 +284,7 @@ impl MemoryStore {
                 Some(j) => Some(&tentative[j]),
                 None => stored[i].1.as_ref(),
             };
-            let (state, decision) = algorithm::apply(prior, &op.params, now, op.cost, op.mode);
+            let (state, decision) = algorithm::apply(prior, &op.params, now, op.lease_args());
             vetoed |= op.vetoes && !decision.allowed;
             tentative.push(state);
             decisions.push(decision);
@@ -369,7 +369,7 @@ impl MemoryStore {
                 Some(j) => committed[j].as_ref(),
                 None => stored[i].1.as_ref(),
             };
-            let (state, decision) = algorithm::apply(prior, &op.params, now, op.cost, op.mode);
+            let (state, decision) = algorithm::apply(prior, &op.params, now, op.lease_args());
             decisions[i] = decision;
             committed[i] = Some(state);
         }

@@ -128,12 +128,22 @@ pub struct CounterOp {
     /// ([`CounterOp::commits`]) is written whatever the request's answer, never
     /// refunded, and never answered from the over-limit cache.
     pub mode: Mode,
+    /// The request's own lease (`lease_key`: the value of the descriptor entry that
+    /// identifies the request), on a rule that counts leases; `None` elsewhere. Not
+    /// part of the counter: every request of a tenant shares the counter, each with
+    /// its own lease in it.
+    pub lease: Option<CompactString>,
 }
 
 impl CounterOp {
     /// Whether its new state is written whatever its answer and the request's.
     pub fn commits(&self) -> bool {
         self.mode.commits_on(self.params.algorithm)
+    }
+
+    /// What [`crate::algorithm::apply`] takes of it besides the state and clock.
+    pub fn lease_args(&self) -> (u64, Mode, Option<&str>) {
+        (self.cost, self.mode, self.lease.as_deref())
     }
 }
 

@@ -7,7 +7,7 @@
 //! keys named `tollgate.<field>` are consumed here, never echoed, and every other key
 //! stays metadata as upstream treats it:
 //! - `tollgate.algorithm`, `.unit_multiplier`, `.burst`, `.leaky_bucket`,
-//!   `.time_zone`, `.lease`: into the descriptor's `rate_limit`;
+//!   `.time_zone`, `.lease`, `.lease_key`: into the descriptor's `rate_limit`;
 //! - `tollgate.rate_limits`, `.hash_tag`, `.tarpit`, `.share_threshold`,
 //!   `.value_to_metric`, `.overdraft`: onto the descriptor;
 //! - `tollgate.domain.failure_mode`, `.hash_tag`, `.raw_body`: onto the domain (only
@@ -30,6 +30,7 @@ const RATE_LIMIT_KEYS: &[&str] = &[
     "leaky_bucket",
     "time_zone",
     "lease",
+    "lease_key",
 ];
 const DESCRIPTOR_KEYS: &[&str] = &[
     "rate_limits",

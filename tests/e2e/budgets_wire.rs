@@ -9,7 +9,8 @@
 //! - The concurrency limit: the acquisition (hits_addend unset, and the request's
 //!   unset too: 0, which counts as 1), and
 //!   at stream done the release, hits_addend 1 with is_negative_hits; also after a
-//!   429.
+//!   429. Both carry the request's x-request-id, one Envoy made, the same in both
+//!   and another for each request (what `lease_key` relies on).
 //! - The same rate_limits in the route's own `rate_limits` (not the filter's per-route
 //!   config): Envoy accepts them and drops hits_addend and is_negative_hits.
 
@@ -122,6 +123,19 @@ fn envoy_sends_the_check_the_charge_and_the_release_as_the_guide_says() {
         (sent[1].hits_addend, sent[1].is_negative_hits),
         (Some(1), true)
     );
+    let id = |s: &budgets::Sent| {
+        s.entries
+            .iter()
+            .find(|(k, _)| k == "request_id")
+            .map(|(_, v)| v.clone())
+    };
+    let jobs_id = id(&sent[0]).expect("the acquisition names the request");
+    assert_eq!(jobs_id.len(), 36, "a UUID Envoy made: {jobs_id}");
+    assert_eq!(
+        id(&sent[1]),
+        Some(jobs_id.clone()),
+        "the release names it too"
+    );
 
     // A denied request's stream ends too: Envoy sends its release as well.
     let response = crate::stack::http::send(listener, call("/v1/jobs", "denied", 0, 0));
@@ -133,6 +147,8 @@ fn envoy_sends_the_check_the_charge_and_the_release_as_the_guide_says() {
         (sent[1].hits_addend, sent[1].is_negative_hits),
         (Some(1), true)
     );
+    assert_eq!(id(&sent[0]), id(&sent[1]));
+    assert_ne!(id(&sent[0]), Some(jobs_id), "each request its own id");
 
     // Route-level rate_limits: loaded without a word, hits_addend and
     // is_negative_hits gone from what is sent (the release becomes one more hit).

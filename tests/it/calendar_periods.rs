@@ -110,6 +110,7 @@ fn op_in(
         cost,
         vetoes: mode != Mode::Release,
         mode,
+        lease: None,
     }
 }
 

@@ -6,7 +6,8 @@
 //! library or by EVALSHA, at random), with the time injected, and
 //! through the memory store (the Rust models) on a manual clock. Each script call
 //! carries 1 to 4 requests as segments (some of them dry runs), or a hot counter's
-//! 2 to 21 alike requests (sent as runs), as the standalone batcher sends them; the
+//! 2 to 21 alike requests (sent as runs), as the standalone batcher sends them; a
+//! concurrency rule's leases anonymous on one counter and named on the other; the
 //! model decides them one after the other. Every decision
 //! must agree exactly: allowed, remaining, reset, retry-after and shaping delay.
 
@@ -102,6 +103,13 @@ fn op(rng: &mut Rng, key: &CounterKey, p: &Params) -> CounterOp {
         cost,
         vetoes: mode != Mode::Release && rng.below(5) != 0,
         mode,
+        // A concurrency rule's second counter names its leases (`lease_key`): ids
+        // from a few, so a release meets its own lease, another's, a marker, an id
+        // acquired twice; or from many.
+        lease: (p.algorithm.takes_lease() && key.rule.ends_with("c1")).then(|| {
+            let pool = if rng.below(2) == 0 { 6 } else { 1_000 };
+            format!("id{}", rng.below(pool)).into()
+        }),
     }
 }
 

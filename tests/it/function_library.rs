@@ -37,6 +37,7 @@ fn op(tenant: &str) -> CounterOp {
         cost: 1,
         vetoes: true,
         mode: tollgate::algorithm::Mode::Limit,
+        lease: None,
     }
 }
 

@@ -38,6 +38,7 @@ mod function_library;
 mod grpc;
 mod http_json;
 mod increment_first;
+mod lease_churn;
 mod limiter;
 mod local_fallback;
 mod logs;

@@ -52,6 +52,7 @@ fn op(tenant: &str, address: &str, cost: u64) -> CounterOp {
         cost,
         vetoes: true,
         mode: tollgate::algorithm::Mode::Limit,
+        lease: None,
     }
 }
 

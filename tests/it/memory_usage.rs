@@ -53,6 +53,7 @@ fn op(algorithm: Algorithm, limit: u64, cost: u64) -> CounterOp {
         cost,
         vetoes: true,
         mode: tollgate::algorithm::Mode::Limit,
+        lease: None,
     }
 }
 

@@ -171,6 +171,7 @@ fn op(name: &str, limit: u64, cost: u64, algorithm: Algorithm) -> CounterOp {
         cost,
         vetoes: true,
         mode: tollgate::algorithm::Mode::Limit,
+        lease: None,
     }
 }
 

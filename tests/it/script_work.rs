@@ -42,6 +42,7 @@ pub(crate) fn fixed_window_op(limit: u64) -> CounterOp {
         cost: 1,
         vetoes: true,
         mode: tollgate::algorithm::Mode::Limit,
+        lease: None,
     }
 }
 
@@ -210,7 +211,7 @@ async fn a_fixed_window_stored_as_a_hash_by_an_earlier_release_carries_over() {
     legacy("legacy:refund", today, 5);
     let refund = Refund {
         key: "legacy:refund".to_string(),
-        op: wire[0],
+        op: wire[0].clone(),
         token: i64::try_from(today).expect("a start in range"),
     };
     let _: i64 = scripts::refund_cmd(&[&refund])

@@ -55,6 +55,7 @@ fn op(entries: &[(&str, &str)], limit: u64, cost: u64) -> CounterOp {
         cost,
         vetoes: true,
         mode: tollgate::algorithm::Mode::Limit,
+        lease: None,
     }
 }
 

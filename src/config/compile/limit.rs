@@ -67,6 +67,15 @@ pub fn parse(
                 ),
             );
         }
+        if let Some(key) = &rl.lease_key {
+            at.error(
+                key.referenced.line(),
+                format!(
+                    "lease_key: only {} take a lease",
+                    Algorithm::names_where(Algorithm::takes_lease)
+                ),
+            );
+        }
         let (unit, unit_line) = at.unit(rl.unit.as_ref(), line)?;
         (unit, unit_line, None)
     };
@@ -84,6 +93,7 @@ pub fn parse(
     if let Some(seconds) = lease {
         limit.unit_multiplier = seconds;
     }
+    limit.lease_key = rl.lease_key.as_ref().map(|k| Arc::from(k.value.as_str()));
     if let Some(zone) = &rl.time_zone {
         limit.time_zone = at.time_zone(zone, &limit);
     }

@@ -161,7 +161,8 @@ impl Compiler<'_> {
         let share_threshold = self.share_threshold(&d, &value, &what, &final_key);
         let mut metric_levels = scope.metric_levels.clone();
         metric_levels.push(metric_level(&d, &value, share_threshold));
-        let flags = self.flags(&mut d, &what, hash_tag.clone(), &metric_levels);
+        let mut flags = self.flags(&mut d, &what, hash_tag.clone(), &metric_levels);
+        flags.key_only = value.is_empty().then(|| key.clone());
         let rule = self.rule(&path, flags, &mut d, line);
         let child_scope = Scope {
             composite: format!("{}{final_key}.", scope.composite),
@@ -234,6 +235,7 @@ impl Compiler<'_> {
             metadata: metadata::convert(d.metadata.take()),
             hash_tag,
             tarpit,
+            key_only: None,
         }
     }
 

@@ -23,6 +23,7 @@ impl Compiler<'_> {
     ) -> Option<Rule> {
         let what = format!("descriptor '{path}'");
         let mappings = self.mappings(&what, d)?;
+        let mut ok = self.lease_keys_on_the_node(&what, &flags, &mappings);
         let several = mappings.len() > 1;
         let (parsed, failed) = self.limits(&what, mappings);
         let mut limits = Vec::new();
@@ -44,7 +45,7 @@ impl Compiler<'_> {
         }
         let name: Option<Arc<str>> = limits.iter().find_map(|l| l.name.clone());
         let own: Vec<Arc<str>> = limits.iter().filter_map(|l| l.name.clone()).collect();
-        let mut ok = !failed;
+        ok &= !failed;
         for (replaced, r_line) in &replaces {
             if own.contains(replaced) {
                 self.error(
@@ -76,6 +77,39 @@ impl Compiler<'_> {
         };
         self.rules.push(rule.clone());
         ok.then_some(rule)
+    }
+
+    /// A `lease_key` names the rule's own key, a node without a value: the request's
+    /// last entry is its id, which leaves the counter (every request of the path above
+    /// shares one) and identifies the request's lease in it.
+    fn lease_keys_on_the_node(
+        &mut self,
+        what: &str,
+        flags: &RuleFlags,
+        mappings: &[(String, Spanned<RateLimitYaml>)],
+    ) -> bool {
+        let mut ok = true;
+        for (field, mapping) in mappings {
+            let Some(key) = &mapping.value.lease_key else {
+                continue;
+            };
+            if flags.key_only.as_deref() == Some(key.value.as_str()) {
+                continue;
+            }
+            let node = match &flags.key_only {
+                Some(own) => format!("this descriptor's key is '{own}'"),
+                None => "this descriptor has a value".to_owned(),
+            };
+            self.error(
+                key.referenced.line(),
+                format!(
+                    "{what}: {field}.lease_key: '{}' must be this descriptor's own key, with no value ({node}): put the rule on a descriptor `key: {}` under the path it limits, and have Envoy send the request's id as its last entry",
+                    key.value, key.value
+                ),
+            );
+            ok = false;
+        }
+        ok
     }
 
     /// `overdraft` and `quota_mode` charge: refused, with the model's reason, on an
@@ -170,4 +204,7 @@ pub(super) struct RuleFlags {
     pub(super) metadata: Option<Metadata>,
     pub(super) hash_tag: Option<Arc<[Arc<str>]>>,
     pub(super) tarpit: Option<Tarpit>,
+    /// The node's key when it has no value (any value matches it): the only entry a
+    /// `lease_key` may name, since that entry is the request's id.
+    pub(super) key_only: Option<String>,
 }

@@ -51,11 +51,15 @@ pub async fn read(
         // Plain reads, one key at a time: on a cluster each routes by its own slot.
         let algorithm = op.key.algorithm;
         let stored = match algorithm.layout() {
-            Layout::Hash => {
-                let fields: Vec<(String, String)> =
-                    connection.hgetall(&key).await.map_err(unavailable)?;
-                (!fields.is_empty()).then_some(Stored::Hash(fields))
-            }
+            Layout::Hash => match connection.hgetall::<_, Vec<(String, String)>>(&key).await {
+                Ok(fields) => (!fields.is_empty()).then_some(Stored::Hash(fields)),
+                // A concurrency rule's named leases are a sorted set (lease_key).
+                Err(e) if e.code() == Some("WRONGTYPE") => {
+                    let members: u64 = connection.zcard(&key).await.map_err(unavailable)?;
+                    (members > 0).then_some(Stored::SortedSet { members })
+                }
+                Err(e) => return Err(unavailable(e)),
+            },
             Layout::SortedSet => {
                 let members: u64 = connection.zcard(&key).await.map_err(unavailable)?;
                 (members > 0).then_some(Stored::SortedSet { members })

@@ -23,7 +23,7 @@ use crate::stack::guard::Guarded;
 use crate::stack::http;
 use crate::stack::start::{self, loopback};
 
-pub use self::capture::Capture;
+pub use self::capture::{Capture, Sent};
 
 const POLL: Duration = Duration::from_millis(50);
 
@@ -57,7 +57,9 @@ impl Tollgate {
 
     /// (over the limit, slots free) for `tenant`, as a check takes no slot.
     fn check_slots(&self, tenant: &str) -> (bool, u32) {
-        let mut check = crate::common::server::descriptor(&[("tenant", tenant)]);
+        // Any id: a check (hits_addend 0) takes no lease and counts every one held.
+        let mut check =
+            crate::common::server::descriptor(&[("tenant", tenant), ("request_id", "check")]);
         check.hits_addend = Some(0);
         let request = crate::common::server::request("concurrency", vec![check]);
         let url = format!("http://127.0.0.1:{}", self.grpc);

@@ -134,5 +134,6 @@ pub fn yearly(domain: &str, value: &str, limit: u64) -> CounterOp {
         cost: 1,
         vetoes: true,
         mode: tollgate::algorithm::Mode::Limit,
+        lease: None,
     }
 }

@@ -66,6 +66,7 @@ fn op() -> WireOp {
         cost: 1,
         vetoes: true,
         mode: crate::algorithm::Mode::Limit,
+        lease: None,
     })
 }
 

@@ -242,6 +242,7 @@ mod tests {
             cost,
             vetoes: true,
             mode: crate::algorithm::Mode::Limit,
+            lease: None,
         }
     }
 

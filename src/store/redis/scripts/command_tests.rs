@@ -23,6 +23,7 @@ fn op(limit: u32, cost: u64, vetoes: bool) -> CounterOp {
         cost,
         vetoes,
         mode: crate::algorithm::Mode::Limit,
+        lease: None,
     }
 }
 
@@ -206,6 +207,7 @@ fn the_extremes_are_encoded_as_the_nearest_doubles() {
         vetoes: true,
         calendar: None,
         mode: 0,
+        lease: None,
     };
     let mut cmd = Cmd::new();
     wire.write(&mut cmd, Flag::StartsDry, 0);

@@ -76,6 +76,7 @@ mod tests {
             vetoes: true,
             calendar: None,
             mode: 0,
+            lease: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! and a time_zone rule's 48 bytes of calendar periods), and the estimate of Redis's
 //! clock the periods are chosen around.
 
+use compact_str::CompactString;
 use redis::Cmd;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -11,7 +12,7 @@ use crate::store::CounterOp;
 
 /// One operation as both scripts read it, owned and `Copy` so a request can wait in
 /// the batcher's queue, or for its refund, without borrowing from its caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireOp {
     pub(super) algorithm: u8,
     pub(super) limit: u64,
@@ -24,7 +25,13 @@ pub struct WireOp {
     pub(super) calendar: Option<Calendar>,
     /// The mode's bits, `Mode::wire_bits` (bits 1-2 of the flags byte).
     pub(super) mode: u8,
+    /// The request's own lease (`CounterOp::lease`): sent after the operation's bytes,
+    /// flagged by bit 3 of the flags byte.
+    pub(super) lease: Option<CompactString>,
 }
+
+/// Bit 3 of the flags byte: the lease id follows the operation's bytes.
+const LEASE_FOLLOWS: u8 = 8;
 
 /// The bytes [`WireOp::write`] makes: struct format `<BBddddBd` in the scripts (a
 /// flag, the algorithm id, limit, window, burst, max delay as little-endian doubles,
@@ -92,6 +99,7 @@ impl WireOp {
             vetoes: op.vetoes,
             calendar: p.calendar,
             mode: op.mode.wire_bits(),
+            lease: op.lease.clone(),
         }
     }
 
@@ -119,6 +127,16 @@ impl WireOp {
         }
         buf[34] = u8::from(self.vetoes) | self.mode;
         buf[35..OP_LEN].copy_from_slice(&(self.cost as f64).to_le_bytes());
+        if let Some(lease) = &self.lease {
+            // A rule with a lease takes no time_zone (the config refuses it), so the
+            // id is all that follows.
+            buf[34] |= LEASE_FOLLOWS;
+            let mut text = Vec::with_capacity(OP_LEN + lease.len());
+            text.extend_from_slice(&buf[..OP_LEN]);
+            text.extend_from_slice(lease.as_bytes());
+            cmd.arg(text);
+            return;
+        }
         let Some(calendar) = self.calendar else {
             cmd.arg(&buf[..OP_LEN]);
             return;
