@@ -351,7 +351,10 @@ fn main() {
                     continue;
                 }
                 // The one-script server's call is one request: only spread has an N.
-                if o.script == Script::OneScriptServer && layout != KeyLayout::Spread && n != o.sizes[0] {
+                if o.script == Script::OneScriptServer
+                    && layout != KeyLayout::Spread
+                    && n != o.sizes[0]
+                {
                     continue;
                 }
                 let d = o.descriptors;
