@@ -28,10 +28,20 @@
 //! With `--via function` the calls are FCALLs of the function library (what tollgate
 //! sends to a Redis 7), timed from FCALL's `usec_per_call`.
 //!
+//! `--script` measures another script on the same layouts, to compare with:
+//! `one-script` is the one-script server's (`examples/support/one_script.lua`, by
+//! EVALSHA, one request of D counters per call, as that server sends; its spread
+//! layout cycles through N requests' counters, so they exist: warm), and `incrby` a
+//! script that only runs `redis.pcall('INCRBY')` on each of a call's N x D keys (by
+//! EVALSHA, or FCALL with `--via function`): the least a decision through Lua costs.
+//!
+//! With `--redis-server scripts/callgrind-redis` Redis runs under callgrind, one dump
+//! per script call (see that script): instructions per call instead of time.
+//!
 //! ```text
 //! cargo run --release --example lua_cost -- [--calls 2000] [--sizes 1,13,64]
 //!     [--descriptors 1] [--algorithms fixed_window,gcra] [--redis-server redis-server]
-//!     [--via eval|function]
+//!     [--via eval|function] [--script batch|one-script|incrby]
 //! ```
 
 use std::net::TcpListener;
@@ -43,6 +53,11 @@ use tollgate::algorithm::{Algorithm, Params};
 use tollgate::store::redis::scripts::{self, Layout, Segment, Via, WireOp};
 use tollgate::store::{CounterKey, CounterOp};
 
+#[path = "support/lua_cost_scripts.rs"]
+mod other;
+
+use other::Script;
+
 struct Options {
     calls: usize,
     sizes: Vec<usize>,
@@ -52,6 +67,7 @@ struct Options {
     /// Only these algorithms (all when empty).
     algorithms: Vec<Algorithm>,
     via: Via,
+    script: Script,
 }
 
 fn options() -> Result<Options, String> {
@@ -62,6 +78,7 @@ fn options() -> Result<Options, String> {
         redis_server: "redis-server".into(),
         algorithms: vec![],
         via: Via::Eval,
+        script: Script::Batch,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -85,6 +102,18 @@ fn options() -> Result<Options, String> {
                     "eval" => Via::Eval,
                     "function" => Via::Function,
                     _ => return Err(format!("--via: {value} is not eval or function")),
+                }
+            }
+            "--script" => {
+                o.script = match value.as_str() {
+                    "batch" => Script::Batch,
+                    "one-script" => Script::OneScriptServer,
+                    "incrby" => Script::Incrby,
+                    _ => {
+                        return Err(format!(
+                            "--script: {value} is not batch, one-script or incrby"
+                        ));
+                    }
                 }
             }
             "--algorithms" => {
@@ -185,43 +214,42 @@ fn evalsha_stats(con: &mut redis::Connection, via: Via) -> redis::RedisResult<(u
 /// round's mean.
 fn measure(
     con: &mut redis::Connection,
-    algorithm: Algorithm,
+    (script, algorithm): (Script, Algorithm),
     (n, d): (usize, usize),
     (layout, via): (KeyLayout, Via),
     calls: usize,
 ) -> redis::RedisResult<f64> {
     let _: () = redis::cmd("FLUSHALL").query(con)?;
     let wire = vec![WireOp::new(&op(algorithm)); d];
-    // A call's command: `call` names fresh counters in the cold layout.
-    let command = |call: usize| {
-        let keys: Vec<Vec<String>> = (0..n)
-            .map(|i| {
-                (0..d)
-                    .map(|j| {
-                        // As long as a real counter key (prefix, domain, entries, tail).
-                        let name = algorithm.name();
-                        match layout {
-                            KeyLayout::Hot => format!("lua_cost_{{bench\x1fkey{j}\x1f0}}{name}"),
-                            KeyLayout::Spread => {
-                                format!("lua_cost_{{bench\x1fkey{j}\x1f{i}}}{name}")
-                            }
-                            KeyLayout::Cold => {
-                                format!("lua_cost_{{bench\x1fkey{j}\x1f{call}.{i}}}{name}")
-                            }
-                        }
-                    })
-                    .collect()
+    let name = algorithm.name();
+    // The keys of request `i` of call `call` (`call` names fresh counters in the cold
+    // layout), as long as a real counter key (prefix, domain, entries, tail).
+    let request_keys = |call: usize, i: usize| -> Vec<String> {
+        (0..d)
+            .map(|j| match layout {
+                KeyLayout::Hot => format!("lua_cost_{{bench\x1fkey{j}\x1f0}}{name}"),
+                KeyLayout::Spread => format!("lua_cost_{{bench\x1fkey{j}\x1f{i}}}{name}"),
+                KeyLayout::Cold => format!("lua_cost_{{bench\x1fkey{j}\x1f{call}.{i}}}{name}"),
             })
-            .collect();
-        let segments: Vec<Segment<'_, String>> = keys
-            .iter()
-            .map(|k| Segment {
-                keys: k,
-                ops: &wire,
-                dry_run: false,
-            })
-            .collect();
-        scripts::batch_cmd_via((Layout::Declared, via), &segments, None)
+            .collect()
+    };
+    let command = |call: usize| match script {
+        Script::Batch => {
+            let keys: Vec<Vec<String>> = (0..n).map(|i| request_keys(call, i)).collect();
+            let segments: Vec<Segment<'_, String>> = keys
+                .iter()
+                .map(|k| Segment {
+                    keys: k,
+                    ops: &wire,
+                    dry_run: false,
+                })
+                .collect();
+            scripts::batch_cmd_via((Layout::Declared, via), &segments, None)
+        }
+        Script::OneScriptServer => other::one_script_call(request_keys(call, call % n)),
+        Script::Incrby => {
+            other::incrby_call(via, (0..n).flat_map(|i| request_keys(call, i)).collect())
+        }
     };
     let mut cmd = command(0);
     let mut call = 0;
@@ -235,6 +263,10 @@ fn measure(
                 call += 1;
                 cmd = command(call);
             }
+            if script != Script::Batch {
+                let _: redis::Value = cmd.query(con)?;
+                continue;
+            }
             let reply: Vec<u8> = cmd.query(con)?;
             if let Err(e) = scripts::parse_batch_reply(&reply, n * d) {
                 return Err(redis::RedisError::from((
@@ -244,6 +276,11 @@ fn measure(
                 )));
             }
         }
+        let via = if script == Script::OneScriptServer {
+            Via::Eval
+        } else {
+            via
+        };
         let (made, usec) = evalsha_stats(con, via)?;
         best = best.min(usec as f64 / made.max(1) as f64);
     }
@@ -286,42 +323,57 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = scripts::BATCH.prepare_invoke().load(&mut con) {
-        eprintln!("lua_cost: SCRIPT LOAD: {e}");
+    if let Err(e) = other::load(&mut con, o.script, o.via) {
+        eprintln!("lua_cost: {e}");
         std::process::exit(1);
     }
-    if o.via == Via::Function {
-        let loaded: redis::RedisResult<String> = redis::cmd("FUNCTION")
-            .arg("LOAD")
-            .arg("REPLACE")
-            .arg(&scripts::LIBRARY.source)
-            .query(&mut con);
-        if let Err(e) = loaded {
-            eprintln!("lua_cost: FUNCTION LOAD: {e}");
-            std::process::exit(1);
-        }
-    }
-    println!("| algorithm | keys | ops per call | us per call | us per decision |");
+    println!("| script | keys | decisions per call | us per call | us per decision |");
     println!("|---|---|---|---|---|");
-    for algorithm in Algorithm::ALL {
-        if !o.algorithms.is_empty() && !o.algorithms.contains(&algorithm) {
+    // The other scripts know no algorithm: measured once.
+    let algorithms = match o.script {
+        Script::Batch => Algorithm::ALL.to_vec(),
+        Script::OneScriptServer | Script::Incrby => vec![Algorithm::FixedWindow],
+    };
+    for algorithm in algorithms {
+        if o.script == Script::Batch
+            && !o.algorithms.is_empty()
+            && !o.algorithms.contains(&algorithm)
+        {
             continue;
         }
+        let label = match o.script {
+            Script::Batch => algorithm.name(),
+            Script::OneScriptServer => "one-script server's script",
+            Script::Incrby => "INCRBY only",
+        };
         for layout in [KeyLayout::Hot, KeyLayout::Spread, KeyLayout::Cold] {
             for &n in &o.sizes {
                 if layout == KeyLayout::Spread && n == 1 {
                     continue;
                 }
+                // The one-script server's call is one request: only spread has an N.
+                if o.script == Script::OneScriptServer
+                    && layout != KeyLayout::Spread
+                    && n != o.sizes[0]
+                {
+                    continue;
+                }
                 let d = o.descriptors;
-                match measure(&mut con, algorithm, (n, d), (layout, o.via), o.calls) {
+                // The one-script server's call carries one request.
+                let decisions = if o.script == Script::OneScriptServer {
+                    d
+                } else {
+                    n * d
+                };
+                let shape = (o.script, algorithm);
+                match measure(&mut con, shape, (n, d), (layout, o.via), o.calls) {
                     Ok(per_call) => println!(
-                        "| {} | {} | {n} | {per_call:.1} | {:.2} |",
-                        algorithm.name(),
+                        "| {label} | {} | {decisions} | {per_call:.1} | {:.2} |",
                         layout.name(),
-                        per_call / (n * d) as f64
+                        per_call / decisions as f64
                     ),
                     Err(e) => {
-                        eprintln!("lua_cost: {}: {e}", algorithm.name());
+                        eprintln!("lua_cost: {label}: {e}");
                         std::process::exit(1);
                     }
                 }

@@ -4,7 +4,7 @@
   bench-record.py OUTPUT STATUS key=value...   one run as a JSON line (stdout)
   bench-record.py --line < LINE                that line for a human (one line)
   bench-record.py --half RUNS SERVER LOAD      half the median req/s of its rounds
-  bench-record.py --summary RUNS PROFILE UNIFORM_KEYS ZIPF_KEYS CALLS DURATION MACHINE
+  bench-record.py --summary RUNS BUILT UNIFORM_KEYS ZIPF_KEYS CALLS DURATION MACHINE
                                                the tables (markdown); exit 1 when a
                                                run failed its checks
 
@@ -25,10 +25,12 @@ LABEL = {
     "one-script-cluster": "one-script server + cluster",
     "memory": "tollgate, memory store",
     "standalone": "tollgate + Redis",
+    "twin": "tollgate + Redis, its identical twin",
     "cluster": "tollgate + cluster",
 }
 # Column order of the headline table (variants after their base).
-ORDER = ["standalone", "one-script", "one-script-each", "cluster", "one-script-cluster", "floor", "memory"]
+ORDER = ["standalone", "twin", "one-script", "one-script-each", "cluster", "one-script-cluster", "floor",
+         "memory"]
 
 
 def describe(load, uniform_keys, zipf_keys):
@@ -181,10 +183,26 @@ def ratio(by_round, server, base):
     return statistics.median(ratios) if ratios else None
 
 
+def noise(by_round):
+    """The identical pair's ratio (twin / standalone: same binary, same Redis): its
+    median and the lowest and highest of its rounds, or None without a twin."""
+    mine, theirs = by_round.get("twin", {}), by_round.get("standalone", {})
+    pair = [mine[r] / theirs[r] for r in mine if theirs.get(r)]
+    return (statistics.median(pair), min(pair), max(pair)) if pair else None
+
+
+def noise_text(by_round):
+    n = noise(by_round)
+    return f"{n[0]:.2f}x ({n[1]:.2f}-{n[2]:.2f})" if n else "not run"
+
+
 def ratios(by_round, server):
     """The ratios a server's row shows, as text."""
     base = server.partition("@")[0]
     out = []
+    if base == "twin":
+        n = noise(by_round)
+        return f"{n[0]:.2f}x its identical server (rounds {n[1]:.2f}-{n[2]:.2f})" if n else "-"
     if base != "one-script":
         x = ratio(by_round, server, "one-script")
         out.append(f"{x:.2f}x one-script" if x else None)
@@ -237,9 +255,9 @@ def columns(servers):
 
 
 def headline(loads, per_load, servers, args):
-    cols = columns(servers)
-    print("| load | " + " | ".join(name(s) for s in cols) + " |")
-    print("|---|" + "---|" * len(cols))
+    cols = [s for s in columns(servers) if s != "twin"]
+    print("| load | identical pair (the noise) | " + " | ".join(name(s) for s in cols) + " |")
+    print("|---|---|" + "---|" * len(cols))
     for load in loads:
         f = per_load[load]
         by_round = {s: f[s]["rounds"] for s in f}
@@ -257,7 +275,7 @@ def headline(loads, per_load, servers, args):
             if v["half"]:
                 cell += f", p99 {v['half']['p99_ms']:.1f} ms"
             cells.append(cell)
-        print(f"| {describe(load, *args)} | " + " | ".join(cells) + " |")
+        print(f"| {describe(load, *args)} | {noise_text(by_round)} | " + " | ".join(cells) + " |")
 
 
 def detail(load, f, args):
@@ -289,7 +307,7 @@ def detail(load, f, args):
                           f"max {b['max_ms']:.1f} ms" for s, b in bursts))
 
 
-def summary(path, profile, uniform_keys, zipf_keys, calls, duration, machine):
+def summary(path, built, uniform_keys, zipf_keys, calls, duration, machine):
     runs = read(path)
     loads = list(dict.fromkeys(r["load"] for r in runs))
     servers = list(dict.fromkeys(r["server"] for r in runs))
@@ -297,11 +315,14 @@ def summary(path, profile, uniform_keys, zipf_keys, calls, duration, machine):
     args = (uniform_keys, zipf_keys)
     print(open(machine).read().strip() + "\n")
     print(f"Medians of alternating rounds (every server in turn each round); ratios are "
-          f"medians of the rounds' ratios. Distinct keys: `tollgate bench -k 4 -c 64 "
+          f"medians of the rounds' ratios. The identical pair is two tollgate servers of "
+          f"the same binary on the same Redis, loaded as far apart in each round as the "
+          f"servers allow: its ratio (median, and its rounds' lowest-highest) is this run's "
+          f"noise, and a ratio inside that range is no difference. Distinct keys: `tollgate bench -k 4 -c 64 "
           f"--entry-keys 'key{{d}}'`, {duration} s after 1 s of warm-up, a fresh draw each run; "
           f"hot key: `h2load -n {calls} -c 4 -m 16 -t 1`, one fixed body. p99 at half the "
-          f"maximum rate: open loop (`tollgate bench --rate`). Baselines built with the "
-          f"`{profile}` profile, tollgate with `release`.\n")
+          f"maximum rate: open loop (`tollgate bench --rate`). tollgate and the baselines: "
+          f"{built}.\n")
     headline(loads, per_load, servers, args)
     for load in loads:
         detail(load, per_load[load], args)

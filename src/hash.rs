@@ -2,8 +2,9 @@
 //! descriptor tables, the rule metrics' handles and the counter caches.
 //!
 //! Why not std's SipHash: a request hashes its domain, each entry key and value, its
-//! rule's path and its counter key, and SipHash was ~1% of a request's CPU in the
-//! profile (BENCHMARKS.md). foldhash is what hashbrown itself defaults to. Its seed
+//! rule's path and its counter key, and SipHash is a slow hash for short keys
+//! (BENCHMARKS.md, "Instructions per request of `tollgate serve`", counts the
+//! change). foldhash is what hashbrown itself defaults to. Its seed
 //! is random per process, so a client choosing descriptor values (the counter caches'
 //! keys) cannot aim at collisions without knowing it; the config tables' keys come
 //! from the config, never from requests.

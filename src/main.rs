@@ -18,7 +18,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// mimalloc instead of glibc's malloc: fewer CPU microseconds per request under load
-/// (side by side in BENCHMARKS.md).
+/// mimalloc instead of glibc's malloc: fewer CPU microseconds per request under load,
+/// most with many descriptors (BENCHMARKS.md, "Allocation and the allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -5,11 +5,10 @@
 //! and each answer wakes its request's HTTP/2 stream task, which hands the response
 //! to its connection's task. With the LIFO slot, the connection task woken by the
 //! first stream runs next, before the other streams have answered, and writes one
-//! response per `writev` (0.53 per request under load); without it, the woken
-//! connection task queues behind the streams woken with it and writes their
-//! responses together (0.12). Side by side (BENCHMARKS.md, issue 22): server CPU per
-//! request 42.6 -> 32.0 us with one descriptor, 57.0 -> 47.7 with three, on 100k
-//! distinct keys; latency at the same offered rate unchanged. The setting is
+//! response per `writev`; without it, the woken connection task queues behind the
+//! streams woken with it and writes their responses together: fewer system calls and
+//! less server CPU per request (BENCHMARKS.md, "`serve` without tokio's LIFO slot",
+//! has both, with the commands). The setting is
 //! `tokio_unstable` API (.cargo/config.toml sets the cfg); a build without the cfg
 //! still works, with the slot.
 
@@ -19,8 +18,8 @@ use super::{Cli, Command};
 
 /// Stack of the runtime's threads. Config sets compile on blocking threads, and a
 /// descriptor tree nested to the YAML parser's limit (64 levels of lists and mappings)
-/// took more than the default 2 MiB in a debug build: a hostile xDS resource aborted
-/// the process. Reserved address space; only what is used is resident.
+/// takes more than the default 2 MiB in a debug build: a hostile xDS resource would
+/// abort the process. Reserved address space; only what is used is resident.
 const THREAD_STACK: usize = 16 << 20;
 
 /// The runtime `cli`'s command runs on.

@@ -9,9 +9,9 @@
 //! symlinks are followed (the ConfigMap's files are links through `..data`); dangling
 //! links are skipped.
 //!
-//! Bounds, because the directory is input too (a `ln -s . self` once made `validate`
-//! run for minutes growing to a gigabyte, and a live directory grow the server by
-//! 20 MB/s on every reload): every directory is entered at most once, by its
+//! Bounds, because the directory is input too (unbounded, a `ln -s . self` makes
+//! `validate` run for minutes growing to a gigabyte, and a live server grow on every
+//! reload): every directory is entered at most once, by its
 //! (device, inode), so a symlink loop is refused naming the link and where it leads,
 //! and so is a directory reached twice by two paths; and [`MAX_DEPTH`],
 //! [`MAX_FILES`], [`MAX_ENTRIES`] and [`MAX_BYTES`] cap the rest. Each is generous for

@@ -2,9 +2,11 @@
 //! variables envoyproxy/ratelimit deployments already set, then defaults. Where the
 //! limits come from is [`source`] (files, or the xDS source of [`xds`]); where the
 //! counters live is `redis.rs` (a [`Backend`]); [`compat`] lists the variables
-//! tollgate ignores or refuses; the tests are in `tests.rs`.
+//! tollgate ignores or refuses; `env.rs` reads booleans as Go spells them; the tests
+//! are in `tests.rs`.
 
 pub mod compat;
+mod env;
 mod flags;
 pub mod observability;
 pub mod protection;
@@ -19,6 +21,8 @@ pub mod xds;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
+use self::env::env_bool;
+pub use self::env::parse_bool;
 pub use self::flags::{RedisFlags, ServeFlags};
 pub use self::source::{FileSettings, SourceSettings};
 use crate::error::Error;
@@ -28,11 +32,10 @@ pub const DEFAULT_GRPC_ADDR: &str = "0.0.0.0:8081";
 /// envoyproxy/ratelimit's debug port, for `DEBUG_HOST` / `DEBUG_PORT`.
 pub const DEFAULT_DEBUG_ADDR: &str = "0.0.0.0:6070";
 pub const DEFAULT_HTTP_ADDR: &str = "0.0.0.0:8080";
-/// Budget for one request's Redis work. Not "well under Envoy's 20 ms" as first
-/// designed: a burst of 300 simultaneous calls on one hot key measured 7-15 ms warm and
-/// 23-42 ms right after start-up on a 2-core machine (all replies of a pipelined burst
-/// arrive together), and bursts of 100 through Envoy timed out a third of their calls
-/// at 50 ms on a busy machine. A timeout inside that range turns a burst into
+/// Budget for one request's Redis work. Not "well under Envoy's 20 ms": the calls of
+/// a burst on one hot key are answered together, when the last queued is, which
+/// takes tens of milliseconds on a busy machine (docs/operations.md, "Why the Redis
+/// timeout is 250 ms"). A timeout inside that range turns a burst into
 /// fallback answers and, since the script may already have run, into miscounts. Fast
 /// answers during an outage are the circuit breaker's job (and a refused connection
 /// fails at once). Deployments that want tollgate's failure mode to win over Envoy's
@@ -135,17 +138,6 @@ impl ServeSettings {
     }
 }
 
-/// A boolean variable in Go's spelling, or `default` when unset.
-fn env_bool(
-    var: &dyn Fn(&str) -> Option<String>,
-    name: &str,
-    default: bool,
-) -> Result<bool, Error> {
-    var(name).map_or(Ok(default), |v| {
-        parse_bool(&v).ok_or_else(|| Error::Settings(format!("{name}: '{v}' is not a boolean")))
-    })
-}
-
 /// The gRPC, HTTP and (opt-in) debug addresses.
 fn addresses(
     flags: &ServeFlags,
@@ -205,13 +197,4 @@ fn address(
         .map_err(|e| Error::Settings(format!("{what}: cannot use '{text}': {e}")))?
         .next()
         .ok_or_else(|| Error::Settings(format!("{what}: '{text}' resolves to no address")))
-}
-
-/// Go's `strconv.ParseBool`, which envoyproxy/ratelimit's settings use.
-pub fn parse_bool(text: &str) -> Option<bool> {
-    match text.trim() {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
-    }
 }

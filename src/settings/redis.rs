@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use super::{DEFAULT_REDIS_TIMEOUT_MS, REDIS_CONNECT_TIMEOUT, RedisFlags, ServeFlags, env_bool};
+use super::env::env_bool;
+use super::{DEFAULT_REDIS_TIMEOUT_MS, REDIS_CONNECT_TIMEOUT, RedisFlags, ServeFlags};
 use crate::error::Error;
 use crate::store::Backend;
 use crate::store::redis::connect::{RedisOptions, RedisTarget, RedisTls};

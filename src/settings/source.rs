@@ -6,8 +6,9 @@
 
 use std::path::PathBuf;
 
+use super::ServeFlags;
+use super::env::env_bool;
 use super::xds::{self, XdsSettings};
-use super::{ServeFlags, env_bool};
 use crate::error::Error;
 
 /// Default config location when neither `--config` nor `RUNTIME_ROOT` is given.

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::env_bool;
+use super::env::env_bool;
 use crate::error::Error;
 
 /// upstream's `CONFIG_GRPC_XDS_NODE_ID` default.

@@ -4,18 +4,23 @@
 //! the limit being simulated ([`Setup`]), one replay per algorithm ([`Run`]) and the
 //! figures the table and the chart report. [`patterns`] makes arrivals (built-in
 //! patterns and CSV files), [`series`] computes windowed counts, [`table`] prints the
-//! summary and [`svg`] (with `axes`) draws the chart.
+//! summary and [`svg`] (with `axes`) draws the chart; `error.rs` says why a simulation
+//! cannot run.
 //!
 //! Time: arrivals are milliseconds since the Unix epoch, like the models' clock, so
 //! time 0 of a built-in pattern is a window boundary of every window length.
 
 mod axes;
+mod error;
 pub mod patterns;
 pub mod series;
 pub mod svg;
 pub mod table;
 
 use crate::algorithm::{self, Algorithm, Params};
+
+pub use self::error::SimulateError;
+use self::error::invalid;
 
 pub use patterns::Pattern;
 pub use series::max_in_window;
@@ -24,21 +29,6 @@ pub use series::max_in_window;
 pub const MAX_ARRIVALS: usize = 10_000_000;
 /// The longest window or simulated span: ten years.
 pub const MAX_SPAN_MS: u64 = 10 * 365 * 86_400_000;
-
-/// Why a simulation cannot run.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SimulateError {
-    /// A CSV line that is not `timestamp_ms[,cost]`.
-    #[error("line {line}: {message}")]
-    Csv { line: usize, message: String },
-    /// Flags that make no sense together, or out of range.
-    #[error("{0}")]
-    Invalid(String),
-}
-
-fn invalid<T>(message: impl Into<String>) -> Result<T, SimulateError> {
-    Err(SimulateError::Invalid(message.into()))
-}
 
 /// One request offered to the limit: when, and how many hits it adds (0 checks only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

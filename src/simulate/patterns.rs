@@ -2,7 +2,8 @@
 //! with defaults derived from the limit) and CSV files of timestamps ([`parse_csv`]).
 //! Built-in patterns start at time 0, which is a window boundary.
 
-use super::{Arrival, MAX_ARRIVALS, SimulateError, format_span, invalid};
+use super::error::invalid;
+use super::{Arrival, MAX_ARRIVALS, SimulateError, format_span};
 
 /// The names `--pattern` accepts.
 pub const NAMES: [&str; 4] = ["steady", "burst", "boundary", "idle-burst"];

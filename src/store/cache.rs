@@ -7,8 +7,9 @@
 //! a counter never admits earlier than its retry-after (counts only grow until then).
 //! Refunds break that: on a Redis Cluster a request that consumed slot group 1 and is
 //! denied at group 2 gives group 1 back, so a denial seen at group 1 meanwhile may
-//! have counted a hit that is about to vanish (issue 12: a round that admitted nobody
-//! left replicas answering OVER_LIMIT for the rest of the hour while Redis held 0).
+//! have counted a hit that is about to vanish (cached, it would leave replicas
+//! answering OVER_LIMIT until its retry-after, the rest of the window, while Redis
+//! holds nothing).
 //! Which denials on a cluster are final cannot be told from the reply (the count does
 //! not say which of its hits are still refundable, and the refunding request may run
 //! on another replica), and "only requests with one slot group" is not enough (the

@@ -1,9 +1,10 @@
 //! Logs that can never stall a request: every log line goes into a bounded queue, and
 //! one thread of its own writes the queue to stderr. When stderr does not take lines
 //! (a pipe nobody drains: a stuck log shipper), the queue fills and further lines are
-//! dropped and counted instead of blocking whoever logs; before this, every task that
-//! logged blocked in `write(2)` and, after about 6 s of shadow-mode events, every
-//! ShouldRateLimit call ran into its deadline and `/healthcheck` hung. Once stderr
+//! dropped and counted instead of blocking whoever logs: blocked, every task that logs
+//! would wait in `write(2)`, and with an event per request every ShouldRateLimit call
+//! would run into its deadline and `/healthcheck` hang (`tests/it/stuck_stderr.rs`
+//! fills such a pipe). Once stderr
 //! takes lines again, one line says how many were dropped
 //! (`event=log_lines_dropped`), and `tollgate_log_lines_dropped_total` counts them all.
 //!

@@ -9,8 +9,8 @@
 //! version and nonce; a NACK names the nonce, keeps the last ACKed version and sets
 //! `error_detail` (INVALID_ARGUMENT with the errors, one per line: the first ones up
 //! to [`MAX_NACK_BYTES`], then how many more, so the NACK always fits the control
-//! plane's message limit; 10,000 bad resources once made a 4.38 MB NACK that a
-//! control plane at gRPC's default 4 MiB dropped, and the two looped reconnecting).
+//! plane's message limit: 10,000 bad resources would make a NACK over gRPC's default
+//! 4 MiB, which the control plane drops, and the two would loop reconnecting).
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,5 +1,5 @@
-//! No panic on a closed pipe: `tollgate validate config | head -1` used to panic in
-//! `println!` on EPIPE. Each command here writes to a pipe whose reader is already
+//! No panic on a closed pipe: `tollgate validate config | head -1` must end quietly,
+//! where `println!` panics on EPIPE. Each command here writes to a pipe whose reader is already
 //! gone, so the very first write fails with EPIPE (a reader that closes after the
 //! first line races with a command that writes everything at once, and would let
 //! the test pass without ever hitting the error). The process must end by its own

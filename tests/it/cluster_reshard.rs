@@ -6,14 +6,18 @@
 //!   its key still is; once the key has left, the master's call fails ("non local
 //!   key") and the request is decided again by slot, through ASK, on the node that
 //!   now holds the count: never read as empty.
-//! - A live reshard under load: requests of 1 to 3 counters on many masters' slots,
-//!   while 2 x 1000 slots move there and back; every counter's admissions are
-//!   counted and none may pass its limit, Redis must hold what was admitted, and the
-//!   only errors are the store's own (which the domain's failure_mode answers).
+//! - A live reshard under load: 2 x 1000 slots move there and back while requests of
+//!   1 to 3 counters on every master's slots fill cold counters, and every other
+//!   request asks for a hot counter, one of 30 whose slots are among those that move,
+//!   held at its limit throughout (a moved key read as empty would admit it again).
+//!   Every counter's admissions are counted and none may pass its limit; each hot
+//!   counter must have been asked for while its slot moved, and Redis must hold what
+//!   was admitted (each hot counter exactly its limit); the only errors are the
+//!   store's own (which the domain's failure_mode answers).
 
 use crate::common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -132,28 +136,50 @@ async fn a_counter_in_a_migrating_slot_is_decided_where_its_key_is() {
     assert_eq!(count_at(b, &key), 5);
 }
 
-/// Requests of 1 to 3 counters drawn from `COUNTERS`, each of limit `LIMIT`: far
-/// enough above the race margin (64) that requests on fresh counters race all at
-/// once, few enough that the counters fill during the move and walk near the limit.
-const COUNTERS: usize = 200;
+/// Cold counters: requests of 1 to 3 counters drawn from `COUNTERS`, each of limit
+/// `LIMIT`: far enough above the race margin (64) that requests on fresh counters race
+/// all at once, few enough that the counters fill during the move and walk near the
+/// limit.
+const COUNTERS: usize = 100;
 const LIMIT: u64 = 100;
+/// Hot counters: `HOT` counters whose slots are among those that move, each filled to
+/// `LIMIT` before the move and asked for by every other request throughout it, alone
+/// or with a cold counter. A moved key read as empty would admit again: any admission
+/// of a hot counter is one over its limit.
+const HOT: usize = 30;
 const WORKERS: usize = 16;
+/// Slots moved there and back: the first master's lowest (redis-cli moves a source's
+/// slots in order).
+const MOVED: usize = 1000;
 
-/// What the workers saw: admissions per counter, requests, errors by message.
+/// What the workers saw: admissions per counter, hot counters' decisions while their
+/// slots moved, errors by message.
 #[derive(Default)]
 struct Seen {
     admitted: Vec<u64>,
+    decided_while_moving: Vec<u64>,
     errors: BTreeMap<String, u64>,
 }
 
-/// The counters of request `i`: 1 to 3, spread (the strides are prime to `COUNTERS`
-/// only in part, so counters meet in many combinations).
+/// The counters of request `i` (indices into the cold counters, then the hot ones at
+/// `COUNTERS..`): every other request names a hot counter (every fourth with a cold
+/// one too); the others 1 to 3 cold counters, spread (the strides are prime to
+/// `COUNTERS` only in part, so counters meet in many combinations).
 fn request(i: u64) -> Vec<usize> {
-    let n = COUNTERS as u64;
-    let mut picked: Vec<usize> = [i * 7, i * 13 + 1, i * 31 + 2][..(i % 3 + 1) as usize]
-        .iter()
-        .map(|x| (x % n) as usize)
-        .collect();
+    let (n, j) = (COUNTERS as u64, i / 2);
+    let mut picked: Vec<usize> = if i % 2 == 1 {
+        let hot = COUNTERS + (j % HOT as u64) as usize;
+        if i % 4 == 3 {
+            vec![hot, (j * 11 % n) as usize]
+        } else {
+            vec![hot]
+        }
+    } else {
+        [j * 7, j * 13 + 1, j * 31 + 2][..(j % 3 + 1) as usize]
+            .iter()
+            .map(|x| (x % n) as usize)
+            .collect()
+    };
     picked.sort_unstable();
     picked.dedup();
     picked
@@ -164,33 +190,83 @@ async fn worker(
     ops: Arc<Vec<CounterOp>>,
     seen: Arc<Mutex<Seen>>,
     next: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
+    (moving, stop): (Arc<AtomicBool>, Arc<AtomicBool>),
 ) {
     while !stop.load(Ordering::Relaxed) {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let picked = request(i);
         let mine: Vec<CounterOp> = picked.iter().map(|&c| ops[c].clone()).collect();
+        let began_moving = moving.load(Ordering::SeqCst);
         let result = store.decide(&mine).await;
+        let while_moving = began_moving && moving.load(Ordering::SeqCst);
         let mut seen = seen.lock().expect("seen");
         match result {
-            Ok(decisions) if decisions.iter().all(|d| d.allowed) => {
-                for &c in &picked {
-                    seen.admitted[c] += 1;
+            Ok(decisions) => {
+                if decisions.iter().all(|d| d.allowed) {
+                    for &c in &picked {
+                        seen.admitted[c] += 1;
+                    }
+                }
+                for &c in picked.iter().filter(|&&c| c >= COUNTERS) {
+                    seen.decided_while_moving[c - COUNTERS] += u64::from(while_moving);
                 }
             }
-            Ok(_) => {}
             Err(e) => *seen.errors.entry(e.to_string()).or_default() += 1,
         }
     }
 }
 
-/// Moves 1000 slots from the first master to the second and back, with redis-cli.
-fn reshard_there_and_back(cluster: &RedisCluster) -> usize {
-    let masters = cluster.masters();
-    let ids = ids(cluster);
-    let (from, to) = (ids[&masters[0]].clone(), ids[&masters[1]].clone());
-    let seed = masters[2].clone();
-    reshard(&seed, &from, &to, 1000) + reshard(&seed, &to, &from, 1000)
+/// Cold counters admitted up to their limit so far.
+fn full(seen: &Mutex<Seen>) -> usize {
+    let seen = seen.lock().expect("seen");
+    seen.admitted[..COUNTERS]
+        .iter()
+        .filter(|&&a| a == LIMIT)
+        .count()
+}
+
+/// The `count` lowest slots the master at `addr` serves.
+fn lowest_slots(addr: &str, count: usize) -> BTreeSet<u16> {
+    cluster_nodes(port(addr))
+        .into_iter()
+        .find(|n| n.addr == addr)
+        .expect("the master")
+        .slots
+        .into_iter()
+        .flatten()
+        .take(count)
+        .collect()
+}
+
+/// Whether the master at `addr` serves every slot of `slots` (asking it).
+fn serves(addr: &str, slots: &BTreeSet<u16>) -> bool {
+    let node = cluster_nodes(port(addr))
+        .into_iter()
+        .find(|n| n.addr == addr)
+        .expect("the master");
+    slots.iter().all(|&slot| node.owns_slot(slot))
+}
+
+/// Moves the [`MOVED`] lowest slots of the master at `from` to the one at `to` with
+/// redis-cli (asking `seed`): how many moved, and whether `to` now serves all of
+/// `slots`.
+fn leg(
+    seed: &str,
+    (from, to): (&str, &str),
+    ids: &BTreeMap<String, String>,
+    slots: &BTreeSet<u16>,
+) -> (usize, bool) {
+    let moved = reshard(seed, &ids[from], &ids[to], MOVED);
+    (moved, serves(to, slots))
+}
+
+/// `HOT` counters whose keys (under `prefix`) fall in `slots`.
+fn hot_counters(prefix: &str, slots: &BTreeSet<u16>) -> Vec<CounterOp> {
+    (0..)
+        .map(|i| op(&format!("hot{i}"), LIMIT))
+        .filter(|o| slots.contains(&slot_of(&keys::encode(prefix, &o.key))))
+        .take(HOT)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,14 +274,34 @@ async fn keys_moving_between_masters_mid_run_are_never_over_admitted() {
     let cluster = Arc::new(blocking(|| private_cluster().expect("private cluster")).await);
     let (store, prefix) = store_on(&cluster, "reshard_live").await;
     let store = Arc::new(store);
-    let ops: Arc<Vec<CounterOp>> =
-        Arc::new((0..COUNTERS).map(|c| op(&format!("c{c}"), LIMIT)).collect());
+    let masters = cluster.masters();
+    let ids = ids(&cluster);
+    let moving_slots = lowest_slots(&masters[0], MOVED);
+    let hot = hot_counters(&prefix, &moving_slots);
+    // The hot counters start at their limit (one charge of LIMIT hits each).
+    for counter in &hot {
+        let fill = CounterOp {
+            cost: LIMIT,
+            ..counter.clone()
+        };
+        assert!(store.decide(&[fill]).await.expect("filled")[0].allowed);
+    }
+    let ops: Arc<Vec<CounterOp>> = Arc::new(
+        (0..COUNTERS)
+            .map(|c| op(&format!("c{c}"), LIMIT))
+            .chain(hot.iter().cloned())
+            .collect(),
+    );
+    let mut admitted = vec![0; COUNTERS];
+    admitted.extend([LIMIT; HOT]);
     let seen = Arc::new(Mutex::new(Seen {
-        admitted: vec![0; COUNTERS],
+        admitted,
+        decided_while_moving: vec![0; HOT],
         ..Seen::default()
     }));
-    let (next, stop) = (
+    let (next, moving, stop) = (
         Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicBool::new(false)),
     );
     let workers: Vec<_> = (0..WORKERS)
@@ -215,38 +311,75 @@ async fn keys_moving_between_masters_mid_run_are_never_over_admitted() {
                 ops.clone(),
                 seen.clone(),
                 next.clone(),
-                stop.clone(),
+                (moving.clone(), stop.clone()),
             ))
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let began = Instant::now();
-    let moving = cluster.clone();
-    let moved = blocking(move || reshard_there_and_back(&moving)).await;
+    moving.store(true, Ordering::SeqCst);
+    let plan = Arc::new((masters.clone(), ids, moving_slots.clone()));
+    let p = plan.clone();
+    let (moved_there, arrived) = blocking(move || {
+        let (m, ids, slots) = &*p;
+        leg(&m[2], (&m[0], &m[1]), ids, slots)
+    })
+    .await;
+    let p = plan.clone();
+    let (moved_back, returned) = blocking(move || {
+        let (m, ids, slots) = &*p;
+        leg(&m[2], (&m[1], &m[0]), ids, slots)
+    })
+    .await;
+    moving.store(false, Ordering::SeqCst);
     let resharding = began.elapsed();
-    // Traffic goes on past the move, so counters filled during it are asked again.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Traffic goes on past the move until most cold counters are full (so they are
+    // asked for at their limit too), and at least 2 s, so counters filled during the
+    // move are asked again.
+    let after = Instant::now();
+    while after.elapsed() < Duration::from_secs(2)
+        || (full(&seen) <= COUNTERS / 2 && after.elapsed() < Duration::from_secs(60))
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         w.await.expect("worker");
     }
-    assert_eq!(moved, 2000, "slots moved");
+    assert_eq!((moved_there, moved_back), (MOVED, MOVED), "slots moved");
+    assert!(
+        arrived && returned,
+        "the hot counters' slots moved there and back"
+    );
 
     let seen = seen.lock().expect("seen");
     let requests = next.load(Ordering::Relaxed);
     let paths = store.cross_slot_paths();
-    let full = seen.admitted.iter().filter(|&&a| a == LIMIT).count();
+    let full = seen.admitted[..COUNTERS]
+        .iter()
+        .filter(|&&a| a >= LIMIT)
+        .count();
     eprintln!(
-        "FIGURES live reshard: 2 x 1000 slots in {:.1} s under {requests} requests; \
-         {full} of {COUNTERS} counters reached their limit; errors {:?}; paths {paths:?}",
+        "FIGURES live reshard: 2 x {MOVED} slots in {:.1} s under {requests} requests; \
+         {full} of {COUNTERS} cold counters reached their limit; hot counters decided \
+         while moving {:?}; errors {:?}; paths {paths:?}",
         resharding.as_secs_f64(),
+        seen.decided_while_moving,
         seen.errors,
     );
-    let over: Vec<(usize, u64)> = (0..COUNTERS)
+    let over: Vec<(usize, u64)> = (0..COUNTERS + HOT)
         .map(|c| (c, seen.admitted[c]))
         .filter(|&(_, a)| a > LIMIT)
         .collect();
     assert!(over.is_empty(), "over-admitted counters: {over:?}");
+    let idle: Vec<usize> = (0..HOT)
+        .filter(|&h| seen.decided_while_moving[h] < 3)
+        .collect();
+    assert!(
+        idle.is_empty(),
+        "hot counters hardly asked for while their slots moved: {idle:?} ({:?})",
+        seen.decided_while_moving
+    );
     assert!(full > COUNTERS / 2, "too few counters reached their limit");
     assert!(paths.misrouted > 0, "no call met a moved key: {paths:?}");
     let errors: u64 = seen.errors.values().sum();
@@ -256,17 +389,24 @@ async fn keys_moving_between_masters_mid_run_are_never_over_admitted() {
         seen.errors
     );
     // Redis holds what was admitted: no refund lost, nothing consumed twice (an
-    // errored request may have consumed: at most that much more).
-    let held: u64 = (0..COUNTERS)
-        .map(|c| {
-            let key = keys::encode(&prefix, &ops[c].key);
+    // errored request may have consumed: at most that much more), and every hot
+    // counter exactly its limit.
+    let held: Vec<u64> = ops
+        .iter()
+        .map(|o| {
+            let key = keys::encode(&prefix, &o.key);
             common::redis::fixed_window_count(&common::redis::redis_cli_cluster(
                 &cluster,
                 &["GET", &key],
             ))
         })
-        .sum();
-    let admitted: u64 = seen.admitted.iter().sum();
+        .collect();
+    assert_eq!(
+        &held[COUNTERS..],
+        &[LIMIT; HOT],
+        "the hot counters hold their limit"
+    );
+    let (held, admitted): (u64, u64) = (held.iter().sum(), seen.admitted.iter().sum());
     assert!(
         held >= admitted && held <= admitted + 3 * errors,
         "Redis holds {held}, admitted {admitted}, errors {errors}"

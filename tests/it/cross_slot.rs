@@ -169,8 +169,8 @@ async fn sixty_mixed(servers: &[TestServer], v: &str) -> (usize, usize) {
 }
 
 /// x (limit 5) with y (limit 1) already used up: every {x, y} request is denied, and
-/// x comes first in slot order. Issue 12 saw 3-4 admitted in 5-6 of 10 repeats. Each
-/// of 10 repeats admits exactly 5, and Redis holds exactly what was admitted: x 5, y
+/// x comes first in slot order, so x's hits taken by requests that y then denies must
+/// all be given back before x is full. Each of 10 repeats admits exactly 5, and Redis holds exactly what was admitted: x 5, y
 /// its one, nothing left over from the denied requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_of_five_admits_exactly_five_while_denied_cross_slot_requests_touch_it() {
@@ -315,9 +315,9 @@ async fn far_from_its_limits_a_request_takes_its_groups_at_once_and_near_them_in
 /// order. What holds: never more than 100 admitted, and Redis holds exactly what was
 /// admitted (every loser's hits given back before it answered). What does not,
 /// always: exactly 100. A loser's or a walker's check that meets other losers' hits
-/// before their refunds land is denied for good; on main before this review about one
-/// run in four admitted 97-99 in a round. The floor of 90 is a tripwire for a
-/// regression (reserving in-flight costs per replica once gave 58), not a guarantee.
+/// before their refunds land is denied for good, so a round may admit a few fewer.
+/// The floor of 90 is a tripwire for a regression (a replica reserving its racers'
+/// in-flight costs blocks its own walkers: far fewer), not a guarantee.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_that_beats_the_margin_never_over_admits_and_leaves_exact_counts() {
     let (stores, prefix) = replicas(3, "cross_slot_burst").await;

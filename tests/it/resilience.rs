@@ -225,16 +225,9 @@ async fn redis_store(test: &str) -> RedisStore {
     common::stores::standalone(test).await
 }
 
-/// Script calls (FCALL, EVALSHA) the server at `port` has served.
+/// Script calls of every kind the server at `port` has served.
 fn script_calls(port: u16) -> u64 {
-    let stats = common::redis::redis_cli(port, &["INFO", "commandstats"]);
-    stats
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_fcall:"))
-        .filter_map(|l| l.split("calls=").nth(1))
-        .filter_map(|v| v.split(',').next())
-        .filter_map(|v| v.parse::<u64>().ok())
-        .sum()
+    common::redis::script_calls(&[port]).total()
 }
 
 /// The same deterministic workload through Redis with and without the cache: every

@@ -1,13 +1,14 @@
 //! One script round trip per slot group, proven by Redis itself: `INFO commandstats`
-//! before and after N requests through a `Limiter` on a `RedisStore`.
+//! before and after N requests through a `Limiter` on a `RedisStore`, every kind of
+//! script call counted (`common::redis::script_calls`).
 //!
 //! - Standalone: N sequential single-descriptor requests are exactly N script calls
 //!   (`FCALL` of the function library, or `EVALSHA` where Redis has no functions:
 //!   counted together; 1.0 per request); a 10-descriptor request is still one call;
-//!   concurrent requests share calls (the batcher merges what queues while calls are
-//!   in flight: fewer calls than requests, every request still decided exactly);
-//!   `EVAL` is never used (the code crosses the network only through `FUNCTION LOAD`
-//!   or `SCRIPT LOAD`, at start-up or after the server lost it).
+//!   concurrent requests share calls as the batcher's rules say, and no more
+//!   ([`QUEUED_BURST_CALLS`]), every request still decided exactly; `EVAL` is never
+//!   used (the code crosses the network only through `FUNCTION LOAD` or `SCRIPT
+//!   LOAD`, at start-up or after the server lost it).
 //! - Cluster: a request whose counters all live on one master is one call, whatever
 //!   their slots; one spanning k masters, its counters cold (no reading yet) and far
 //!   from their limits, is k (the groups raced at once, no check), and a `hash_tag`
@@ -22,9 +23,10 @@ use crate::common;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
-use futures_util::future::join_all;
-
+use common::burst::queued_behind_redis;
+use common::redis::{command_calls, script_calls};
 use common::server::{descriptor, request};
 use tollgate::config::Config;
 use tollgate::limiter::{Limiter, LimiterOptions, plan};
@@ -35,56 +37,25 @@ use tollgate::store::redis::keys;
 
 const BENCH: &str = include_str!("../../benches/config/bench.yaml");
 
+/// Script calls a fresh standalone batcher makes for a burst of at most 258
+/// one-operation requests that all queue while its first calls are held in Redis:
+/// at most 2 calls go before one is answered (`batcher/depth.rs`: `START`; a third
+/// only while a full call's worth, 256 operations, waits), each carrying what had
+/// queued by then; the first answer frees a place, and the next call carries every
+/// request still queued, up to 256 operations (`MAX_OPS_PER_CALL` in
+/// `batcher/mod.rs`). Without the sharing, each request is a call of its own.
+const QUEUED_BURST_CALLS: u64 = 3;
+
 fn config(yaml: &str) -> Config {
     tollgate::config::load_sources(&[(Path::new("test.yaml"), yaml)])
         .unwrap_or_else(|errors| panic!("config does not load: {errors}"))
 }
 
-/// `calls=` of each command in `INFO commandstats`, for the commands we watch: script
-/// calls (FCALL and EVALSHA), EVAL, and loads (FUNCTION LOAD and SCRIPT LOAD).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct Calls {
-    script: u64,
-    eval: u64,
-    script_load: u64,
+/// Script loads (`FUNCTION LOAD`, `SCRIPT LOAD`) the server at `port` served.
+fn loads(port: u16) -> u64 {
+    command_calls(port, "function|load") + command_calls(port, "script|load")
 }
 
-impl std::ops::Sub for Calls {
-    type Output = Calls;
-    fn sub(self, before: Calls) -> Calls {
-        Calls {
-            script: self.script - before.script,
-            eval: self.eval - before.eval,
-            script_load: self.script_load - before.script_load,
-        }
-    }
-}
-
-fn calls(ports: &[u16]) -> Calls {
-    let mut total = Calls::default();
-    for &port in ports {
-        let info = common::redis::redis_cli(port, &["INFO", "commandstats"]);
-        for line in info.lines() {
-            let Some((name, stats)) = line.trim_end_matches('\r').split_once(':') else {
-                continue;
-            };
-            let count = stats
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0);
-            match name {
-                "cmdstat_evalsha" | "cmdstat_fcall" => total.script += count,
-                "cmdstat_eval" => total.eval += count,
-                "cmdstat_script|load" | "cmdstat_function|load" => total.script_load += count,
-                _ => {}
-            }
-        }
-    }
-    total
-}
-
-/// A request with one descriptor per value, `key=<value>` each.
 /// 3 a day: a window no test run straddles in practice.
 const EXACT: &str = "
 domain: exact
@@ -93,6 +64,7 @@ descriptors:
     rate_limit: { unit: day, requests_per_unit: 3 }
 ";
 
+/// A request with one descriptor per value, `key=<value>` each.
 fn values_request(values: &[String]) -> RateLimitRequest {
     request(
         "bench",
@@ -115,16 +87,12 @@ async fn standalone_at_most_one_script_call_per_request_and_never_eval() {
     let redis = common::redis::custom::private_standalone("script_calls").expect("private redis");
     let ports = [redis.port()];
     let target = RedisTarget::Standalone(redis.url());
-    let store: Arc<dyn tollgate::store::Store> =
-        Arc::new(common::stores::connect(&common::stores::options(target, "script_calls")).await);
+    let store: Arc<dyn tollgate::store::Store> = Arc::new(
+        common::stores::connect(&common::stores::options(target.clone(), "script_calls")).await,
+    );
     let limiter = Arc::new(Limiter::new(
         config(BENCH),
         store.clone(),
-        LimiterOptions::default(),
-    ));
-    let exact = Arc::new(Limiter::new(
-        config(EXACT),
-        store,
         LimiterOptions::default(),
     ));
     const N: u64 = 200;
@@ -133,69 +101,71 @@ async fn standalone_at_most_one_script_call_per_request_and_never_eval() {
     let requests: Vec<_> = (0..N)
         .map(|i| values_request(&[format!("seq{i}")]))
         .collect();
-    let before = calls(&ports);
+    let (before, loaded) = (script_calls(&ports), loads(redis.port()));
     decide_all(&limiter, &requests).await;
-    let delta = calls(&ports) - before;
-    assert_eq!(delta.script, N, "script calls for {N} requests: {delta:?}");
+    let delta = script_calls(&ports) - before;
+    assert_eq!(delta.total(), N, "script calls for {N} requests: {delta:?}");
     assert_eq!(
         delta.eval, 0,
         "the script body was sent with EVAL: {delta:?}"
     );
-    assert_eq!(delta.script_load, 0, "a script was reloaded: {delta:?}");
+    assert_eq!(loads(redis.port()), loaded, "a script was reloaded");
 
-    // 64 at a time: requests queued behind calls in flight share one call, and each
-    // is still decided on its own. Every key here is limited to 3 per day
-    // (`limited`), hit 4 times at once: exactly 3 OK per key, whatever the batching.
-    let before = calls(&ports);
-    let mut ok = 0;
-    for chunk in (0..N).collect::<Vec<_>>().chunks(64) {
-        let answers = join_all(chunk.iter().map(|i| {
+    // 200 at once, on a store of their own (a fresh batcher) whose first calls Redis
+    // holds until all 200 are queued: they share calls as the batcher's rules allow,
+    // and each is still decided on its own. Every key here is limited to 3 per day
+    // (`EXACT`), hit 4 times at once: exactly 3 OK per key, whatever the batching.
+    let mut options = common::stores::options(target, "script_calls_burst");
+    options.timeout = Duration::from_secs(60);
+    let exact = Arc::new(Limiter::new(
+        config(EXACT),
+        Arc::new(common::stores::connect(&options).await),
+        LimiterOptions::default(),
+    ));
+    let burst = (0..N)
+        .map(|i| {
             let limiter = exact.clone();
             let r = request(
                 "exact",
                 vec![descriptor(&[("key", &format!("par{}", i / 4))])],
             );
             async move { limiter.should_rate_limit(&r).await.expect("decides") }
-        }))
-        .await;
-        ok += answers
-            .iter()
-            .filter(|a| a.overall_code == Code::Ok as i32)
-            .count();
-    }
-    let delta = calls(&ports) - before;
+        })
+        .collect();
+    let before = script_calls(&ports);
+    let answers = queued_behind_redis(&ports, burst).await;
+    let delta = script_calls(&ports) - before;
+    let ok = answers
+        .iter()
+        .filter(|a| a.overall_code == Code::Ok as i32)
+        .count();
     assert_eq!(ok as u64, N / 4 * 3, "3 of every 4 hits on a key pass");
     assert!(
-        (1..N).contains(&delta.script),
-        "concurrent requests share calls: {delta:?} for {N} requests"
+        (1..=QUEUED_BURST_CALLS).contains(&delta.total()),
+        "{N} queued requests made {delta:?} (at most {QUEUED_BURST_CALLS} script calls)"
     );
     assert_eq!(delta.eval, 0);
-    eprintln!(
-        "FIGURES {N} requests, 64 at a time: {} script calls ({:.2} per request)",
-        delta.script,
-        delta.script as f64 / N as f64
-    );
 
     // Ten descriptors, one server: one script decides them all.
     let requests: Vec<_> = (0..20)
         .map(|i| values_request(&(0..10).map(|d| format!("multi{i}-{d}")).collect::<Vec<_>>()))
         .collect();
-    let before = calls(&ports);
+    let before = script_calls(&ports);
     decide_all(&limiter, &requests).await;
-    let delta = calls(&ports) - before;
-    assert_eq!(delta.script, 20, "10-descriptor requests: {delta:?}");
+    let delta = script_calls(&ports) - before;
+    assert_eq!(delta.total(), 20, "10-descriptor requests: {delta:?}");
 
     // A server that lost its library (restart, failover) answers "Function not found":
     // the library goes over once with FUNCTION LOAD, never with EVAL.
     redis.cli(&["FUNCTION", "FLUSH"]);
-    let before = calls(&ports);
+    let (before, loaded) = (script_calls(&ports), loads(redis.port()));
     decide_all(&limiter, &[values_request(&["after-flush".into()])]).await;
     decide_all(&limiter, &[values_request(&["after-flush-2".into()])]).await;
-    let delta = calls(&ports) - before;
+    let delta = script_calls(&ports) - before;
     assert_eq!(delta.eval, 0, "after FUNCTION FLUSH: {delta:?}");
-    assert_eq!(delta.script_load, 1, "after FUNCTION FLUSH: {delta:?}");
+    assert_eq!(loads(redis.port()) - loaded, 1, "after FUNCTION FLUSH");
     // The failed attempt, its retry, then the second request.
-    assert_eq!(delta.script, 3, "after FUNCTION FLUSH: {delta:?}");
+    assert_eq!(delta.total(), 3, "after FUNCTION FLUSH: {delta:?}");
 }
 
 const TENANTS: &str = "
@@ -312,11 +282,12 @@ async fn cluster_one_script_call_per_master_group() {
             .iter()
             .map(|r| slot_groups(&bench, &prefix, r))
             .sum();
-        let before = calls(&ports);
+        let before = script_calls(&ports);
         decide_all(&limiter, &requests).await;
-        let delta = calls(&ports) - before;
+        let delta = script_calls(&ports) - before;
         assert_eq!(
-            delta.script, expected as u64,
+            delta.total(),
+            expected as u64,
             "{descriptors} descriptor(s): one script call per master group ({delta:?})"
         );
         assert_eq!(delta.eval, 0);
@@ -347,9 +318,9 @@ async fn cluster_one_script_call_per_master_group() {
     for r in &requests {
         assert_eq!(slot_groups(&tenants, &prefix, r), 1);
     }
-    let before = calls(&ports);
+    let before = script_calls(&ports);
     decide_all(&limiter, &requests).await;
-    let delta = calls(&ports) - before;
-    assert_eq!(delta.script, 30, "hash-tagged tenant requests: {delta:?}");
+    let delta = script_calls(&ports) - before;
+    assert_eq!(delta.total(), 30, "hash-tagged tenant requests: {delta:?}");
     assert_eq!(delta.eval, 0);
 }

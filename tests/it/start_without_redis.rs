@@ -178,7 +178,8 @@ fn health_is_serving_only_while_the_store_can_decide() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(first, 500, "SERVING before Redis was ever reached");
-    // Four probe intervals of polling: still not serving (it used to be for 0.6-3.1 s).
+    // Four probe intervals of polling: still not serving (not merely for the moment
+    // before the first probe).
     for _ in 0..80 {
         assert_eq!(get(http, "/healthcheck").map(|(c, _)| c), Some(500));
         std::thread::sleep(Duration::from_millis(50));

@@ -5,8 +5,8 @@
 //! opens and those fail at once, while groups on the other masters are decided as
 //! usual. A request with a group on that master follows its domain's failure_mode;
 //! one whose groups all live elsewhere never notices. (With one breaker for the
-//! whole cluster, issue 12 saw every request denied while one master of three was
-//! stopped.)
+//! whole cluster, one stopped master of three would open it and deny every request:
+//! `tests/it/node_isolation.rs` stops one.)
 //!
 //! Which master serves a slot comes from `CLUSTER SLOTS` ([`SlotMap`]), asked when
 //! the cluster is reached, every [`REFRESH_EVERY`], and soon after a call fails (at

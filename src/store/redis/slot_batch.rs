@@ -13,9 +13,9 @@
 //! emptied and refilled by the calls that follow.
 //!
 //! A slot's queue is made on first use and kept: there are only [`SLOTS`] slots, so
-//! the table is bounded by the protocol itself. (An earlier cap of 4096 queues,
-//! cleared when full, defeated batching with the default hash tag, which spreads
-//! counters over every slot: most calls then started a queue of their own.)
+//! the table is bounded by the protocol itself. (A smaller cap, cleared when full,
+//! would defeat batching with the default hash tag, which spreads counters over every
+//! slot: most calls would start a queue of their own.)
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -43,8 +43,7 @@ pub struct SlotBatchers {
     functions: Functions,
     /// One queue per slot, indexed by slot. The table is 16384 empty cells up front
     /// (16 bytes each: 256 KiB); a queue in use adds its parked task and its channel's
-    /// first block, about 3.4 KiB (measured: 16384 idle queues on one connection grew
-    /// a debug build's RSS by 55 MiB). That worst case needs every slot in use, and
+    /// first block, a few KiB. That worst case needs every slot in use, and
     /// an idle queue costs no CPU: its task sleeps on the channel.
     queues: Box<[OnceLock<Batcher>]>,
 }

@@ -131,8 +131,8 @@ impl Load {
 }
 
 /// Calls a phase's tally must hold to say anything (the suites assert over 100): a
-/// loaded machine answers fewer in a phase's seconds (96 in 2.3 s was seen), so a
-/// phase runs on until it has them, for at most [`MAX_EXTRA`] more.
+/// loaded machine can answer fewer than that in a phase's seconds, so a phase runs
+/// on until it has them, for at most [`MAX_EXTRA`] more.
 const ENOUGH: u64 = 200;
 const MAX_EXTRA: Duration = Duration::from_secs(30);
 

@@ -9,8 +9,8 @@ use super::count_in;
 
 use std::time::Duration;
 
+use common::redis::RedisCluster;
 use common::redis::custom::private_cluster;
-use common::redis::{RedisCluster, info_field, redis_cli};
 use tokio::time::{Instant, sleep, timeout};
 use tollgate::store::redis::connect::RedisTarget;
 use tollgate::store::{CounterOp, Store};
@@ -29,15 +29,9 @@ fn port(addr: &str) -> u16 {
         .expect("host:port")
 }
 
-/// Script calls on the node at `port`: FCALL (batches) and EVALSHA (refunds).
+/// Script calls of every kind on the node at `port` (FCALL batches, EVALSHA refunds).
 fn script_calls(port: u16) -> u64 {
-    let info = redis_cli(port, &["INFO", "commandstats"]);
-    ["cmdstat_evalsha", "cmdstat_fcall"]
-        .into_iter()
-        .filter_map(|name| info_field(&info, name))
-        .filter_map(|stats| stats.split(',').find_map(|kv| kv.strip_prefix("calls=")))
-        .filter_map(|n| n.trim().parse::<u64>().ok())
-        .sum()
+    common::redis::script_calls(&[port]).total()
 }
 
 /// Two far-from-limit operations whose slots are served by different masters, and

@@ -1,8 +1,8 @@
 //! The compose healthcheck, run for real: the `bash -c` script of
 //! `docker-compose.yml`'s tollgate replicas, aimed at a `tollgate serve` child on free
 //! ports, passes while it is SERVING and fails once it is NOT_SERVING (draining after
-//! SIGTERM, while the HTTP port still answers 500), which the old `check` on an
-//! unknown domain did not.
+//! SIGTERM, while the HTTP port still answers 500), which a `check` on an unknown
+//! domain would not notice.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -4,10 +4,9 @@
 //! Redis runs scripts one at a time, so on a short path (loopback, one rack) under
 //! load a second call only queues inside Redis, where it can no longer be merged with
 //! what arrives meanwhile: one call in flight makes the biggest batches, and each
-//! call's fixed cost (EVALSHA, TIME, one read and one write per counter) is shared by
-//! the most requests. (Two, the limit before, made 0.08 calls per request where one
-//! makes 0.055: Redis CPU per request -15%, tollgate's -5 to -15%, the same latency;
-//! BENCHMARKS.md.) On a long path the wire itself holds calls: with a 120 ms round
+//! call's fixed cost (the call, TIME, one read and one write per counter) is shared by
+//! the most requests (BENCHMARKS.md, "The batcher: one call in flight under load",
+//! has one against two side by side). On a long path the wire itself holds calls: with a 120 ms round
 //! trip and one or two in flight, a request waits for a free slot (up to one round
 //! trip) and then for its own call. So the limit follows what the calls' times say,
 //! the way TCP Vegas reads queueing from delay: a call that took about the fastest
@@ -19,8 +18,8 @@ use std::time::{Duration, Instant};
 
 /// The depth on a short path under load, and the least ever allowed.
 pub const MIN: usize = 1;
-/// The depth before any call has been timed: as before the floor was one, so a second
-/// request on an idle long path does not wait a round trip for the first call.
+/// The depth before any call has been timed: two, so a second request on an idle long
+/// path does not wait a round trip for the first call.
 const START: usize = 2;
 /// Bound on calls in flight, whatever the path: each holds up to a full batch.
 pub const MAX: usize = 64;

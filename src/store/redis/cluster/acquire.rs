@@ -4,17 +4,16 @@
 //!
 //! Why two ways. The ordered walk is what keeps contention from starving anybody
 //! ([`Cluster::walk_in_order`] argues it), but it costs one round trip per group in
-//! sequence after the check: a 3-group request took 4 round trips and 6 script
-//! segments, and the cluster served 0.39x the standalone rate. Starvation needs
+//! sequence after the check: a 3-group request takes 4 round trips and 6 script
+//! segments. Starvation needs
 //! counters at their limit; a counter far from it admits every request racing for it,
 //! in any order. So "check first and consume second": when the check (or a fresh hint
 //! standing in for it, [`super::headroom`]) shows every group leaves a margin after
 //! the request's cost, the groups are acquired in parallel, one round trip; a margin
-//! beaten anyway (some group denies) is refunded and the request walks in order as
-//! before. Near a limit nothing changed. On hot counters the hints skip the check
-//! too: 3 segments and one round trip per 3-group request, and in the same bench
-//! rounds the cluster went from 0.44x to 0.71x the standalone rate (script calls per
-//! request 0.62 to 0.23, Redis CPU per request 68 to 28 us: docs/architecture.md).
+//! beaten anyway (some group denies) is refunded and the request walks in order.
+//! Near a limit the walk decides. On hot counters the hints skip the check too: 3
+//! segments and one round trip per 3-group request (docs/architecture.md, "Requests
+//! across masters", has what each way costs, with the command).
 //!
 //! What it keeps: no counter admits more than its limit (each group is checked and
 //! consumed atomically, a refund gives back only what its request took), and a denied
@@ -173,15 +172,15 @@ impl Cluster {
     /// costs was tried and split such a burst into racers and walkers that block each
     /// other (see [`super::headroom`]). Beaten, losers refund and walk; a loser's or a
     /// walker's check may meet other losers' not yet refunded hits and be denied:
-    /// fewer admissions than min(N, L) for that burst (measured: 97-99 of 100 in about
-    /// one run in four of 300 at once over 3 replicas), never more than L.
+    /// fewer admissions than min(N, L) for that burst, never more than L
+    /// (`tests/it/cross_slot.rs` fires such bursts).
     ///
     /// A denial soon after this process lost a race gets a second look: the racers'
     /// hits are refunded within a round trip or two, and a request that met them at a
-    /// counter's limit was turned away by hits that are not there any more. Without
-    /// it, 300 identical requests at once on a limit of 100 (every one racing, two
-    /// thirds losing) admitted 99 in about one round of 50. The second look is one
-    /// pause and one more check for denials in a race's shadow only.
+    /// counter's limit was turned away by hits that are not there any more: a burst
+    /// of identical requests on one limit, every one racing, would otherwise now and
+    /// then admit one fewer than the limit. The second look is one pause and one more
+    /// check for denials in a race's shadow only.
     pub(super) async fn acquire(
         &self,
         keys: &[String],
@@ -320,8 +319,8 @@ impl Cluster {
     ///
     /// Why in order, and not all at once: with consume-then-refund in parallel, N
     /// requests on two nearly full counters can each win one slot and lose the other,
-    /// and all of them refund: nobody is admitted (issue 12 saw 10 rounds of 50 with
-    /// no admission). Here every request meets the groups in the same order, so a
+    /// and all of them refund: nobody is admitted. Here every request meets the
+    /// groups in the same order, so a
     /// request waiting on group k holds hits only in groups before k, never after.
     /// Hits in the last group belong to requests that are through, hence admitted;
     /// and a request can hold a hit in group j only after getting one in each group

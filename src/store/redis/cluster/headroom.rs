@@ -271,7 +271,7 @@ mod tests {
         assert_eq!(margin(&op(10, 0)), Some(64));
     }
 
-    /// Finding 2: a leaky bucket's `remaining` is room in its queue; a request that
+    /// A leaky bucket's `remaining` is room in its queue; a request that
     /// would wait past `max_delay` is denied whatever the room. No reading of it
     /// shows a margin, so it never races.
     #[test]
@@ -327,7 +327,7 @@ mod tests {
         assert!(!headroom.hinted(&unknown, &ops), "an unknown key");
     }
 
-    /// Finding 3: Envoy's per-descriptor override decides one counter under another
+    /// Envoy's per-descriptor override decides one counter under another
     /// limit. A reading made under limit 1000 is no hint for a limit-10 request.
     #[test]
     fn a_hint_is_for_the_limit_it_was_read_under() {

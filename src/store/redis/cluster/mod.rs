@@ -208,11 +208,10 @@ impl Cluster {
     /// every future that awaits one inline grows by as much, up to the request's
     /// whole store future, even on paths that never make the call (the walk's). A
     /// future is moved by copying it: the request's groups into their `join_all`,
-    /// each caller's future into the next layer's box. On a 3-descriptor cluster
-    /// load `memmove` was 9.5% of the server's samples, most of it under `race`,
-    /// `join_all` and the store's `Box::pin`; boxed, 5.6%, and 3% fewer instructions
-    /// per request (BENCHMARKS.md): two allocations per group (this and `call`
-    /// below) cost less.
+    /// each caller's future into the next layer's box, and those copies showed as
+    /// `memmove` under `race`, `join_all` and the store's `Box::pin`: two allocations
+    /// per group (this and `call` below) cost less (BENCHMARKS.md, "Instructions per
+    /// request of `tollgate serve`").
     fn group_call(
         &self,
         keys: &[String],
@@ -243,8 +242,8 @@ impl Cluster {
             // queueing, as a timer fires late on a loaded machine). A walk's later
             // group, queued after earlier groups spent part of the budget, keeps one.
             // Its deadline is not handed to the queue: a shared call would be cut
-            // short at it for every request in it. (A timer per group was 4% of a
-            // 3-group request's instructions.)
+            // short at it for every request in it. (A timer per group would be one
+            // more registration and wake-up for each group of every request.)
             let bounded =
                 deadline.saturating_duration_since(Instant::now()) + QUEUE_SLACK >= timeout;
             // Boxed for the same reason: each of the breaker's layers below holds it.

@@ -92,8 +92,8 @@ fn split_auth(auth: &str) -> (Option<&str>, &str) {
 /// TCP_NODELAY off, and with Nagle's algorithm a call written while an earlier one's
 /// bytes are not yet acknowledged waits for that ACK, which the peer may delay; one
 /// multiplexed connection carries several calls in flight (the batcher's depth, a
-/// cluster master's queue). Measured: half-rate runs with a p99 over 30 ms, 6 of 24
-/// before, 1 of 24 after (BENCHMARKS.md, session 13).
+/// cluster master's queue), so a delayed ACK stalls the calls behind it (BENCHMARKS.md,
+/// "TCP_NODELAY on the connections to Redis", has the runs).
 fn tcp() -> TcpSettings {
     TcpSettings::default().set_nodelay(true)
 }

@@ -1,5 +1,6 @@
 //! Running `redis-cli` (and other commands) to completion with a timeout, and reading
-//! its replies: the `redis_cli` family and [`info_field`].
+//! its replies: the `redis_cli` family, [`info_field`], and the script calls a server
+//! counted ([`script_calls`]).
 
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
@@ -116,4 +117,63 @@ pub fn command_calls(port: u16, command: &str) -> u64 {
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+/// Script calls a server served, by kind, read from `INFO commandstats`: every way a
+/// script can run (`EVALSHA`, `EVAL`, `FCALL` and their read-only forms), so a test
+/// that counts calls cannot miss one because the store switched how it sends them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ScriptCalls {
+    pub evalsha: u64,
+    pub eval: u64,
+    pub fcall: u64,
+    /// `FCALL_RO`, `EVALSHA_RO` and `EVAL_RO`.
+    pub read_only: u64,
+}
+
+impl ScriptCalls {
+    /// Script calls of every kind.
+    pub fn total(&self) -> u64 {
+        self.evalsha + self.eval + self.fcall + self.read_only
+    }
+}
+
+impl std::ops::Sub for ScriptCalls {
+    type Output = ScriptCalls;
+    fn sub(self, before: ScriptCalls) -> ScriptCalls {
+        ScriptCalls {
+            evalsha: self.evalsha - before.evalsha,
+            eval: self.eval - before.eval,
+            fcall: self.fcall - before.fcall,
+            read_only: self.read_only - before.read_only,
+        }
+    }
+}
+
+/// [`ScriptCalls`] summed over the servers at `ports`.
+pub fn script_calls(ports: &[u16]) -> ScriptCalls {
+    let mut total = ScriptCalls::default();
+    for &port in ports {
+        let info = redis_cli(port, &["INFO", "commandstats"]);
+        for line in info.lines() {
+            let Some((name, stats)) = line.trim_end_matches('\r').split_once(':') else {
+                continue;
+            };
+            let calls = stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            match name {
+                "cmdstat_evalsha" => total.evalsha += calls,
+                "cmdstat_eval" => total.eval += calls,
+                "cmdstat_fcall" => total.fcall += calls,
+                "cmdstat_fcall_ro" | "cmdstat_evalsha_ro" | "cmdstat_eval_ro" => {
+                    total.read_only += calls
+                }
+                _ => {}
+            }
+        }
+    }
+    total
 }

@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 
 // The public helpers, reachable as `common::redis::NAME`.
 pub use self::commands::{
-    cli, command_calls, fixed_window_count, info_field, redis_cli, redis_cli_cluster, try_redis_cli,
+    cli, command_calls, fixed_window_count, info_field, redis_cli, redis_cli_cluster, script_calls,
+    try_redis_cli,
 };
 pub use self::keys::{KeyTarget, keyslot, pttl, scan_keys, unique_prefix};
 pub use self::topology::{ClusterNode, cluster_nodes};
