@@ -18,11 +18,12 @@
 //! ```text
 //! cargo run --release --example redis_instructions -- [--algorithm fixed_window]
 //!     [--descriptors 3] [--per-call 20] [--calls 300] [--keys 100000] [--seed 1]
-//!     [--baseline pipeline] [--cold]
+//!     [--baseline pipeline] [--cold] [--dump FILE] [--redis-server PATH]
 //! ```
 //!
 //! `--cold` skips the warm-up: every counter is new. Prints one line: instructions per
-//! decision (per descriptor of a request), and per request.
+//! decision (per descriptor of a request), and per request. `--dump FILE` keeps
+//! callgrind's dump of the measured calls, for `callgrind_annotate FILE`.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -43,6 +44,10 @@ struct Options {
     seed: u64,
     pipeline: bool,
     cold: bool,
+    /// Where to copy callgrind's dump (for `callgrind_annotate`).
+    dump: Option<String>,
+    /// The redis-server binary (one built with symbols names the functions).
+    redis_server: String,
 }
 
 fn options() -> Result<Options, String> {
@@ -55,6 +60,8 @@ fn options() -> Result<Options, String> {
         seed: 1,
         pipeline: false,
         cold: false,
+        dump: None,
+        redis_server: "redis-server".into(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -74,6 +81,8 @@ fn options() -> Result<Options, String> {
             "--keys" => o.keys = number(&value)?,
             "--seed" => o.seed = number(&value)?,
             "--baseline" if value == "pipeline" => o.pipeline = true,
+            "--dump" => o.dump = Some(value),
+            "--redis-server" => o.redis_server = value,
             _ => return Err(format!("unknown flag {flag} {value}")),
         }
     }
@@ -105,7 +114,7 @@ impl Drop for Server {
     }
 }
 
-fn start() -> Result<(Server, redis::Connection), String> {
+fn start(redis_server: &str) -> Result<(Server, redis::Connection), String> {
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("no free port: {e}"))?
@@ -115,7 +124,13 @@ fn start() -> Result<(Server, redis::Connection), String> {
     let child = Command::new("valgrind")
         .arg("--tool=callgrind")
         .arg(format!("--callgrind-out-file={}", out.display()))
-        .args(["redis-server", "--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args([
+            redis_server,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
         .args(["--save", "", "--appendonly", "no"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -176,7 +191,11 @@ fn call(o: &Options, rng: &mut Rng) -> Vec<redis::Cmd> {
         .collect();
     let encoded: Vec<Vec<String>> = requests
         .iter()
-        .map(|ops| ops.iter().map(|op| keys::encode("tollgate_", &op.key)).collect())
+        .map(|ops| {
+            ops.iter()
+                .map(|op| keys::encode("tollgate_", &op.key))
+                .collect()
+        })
         .collect();
     if o.pipeline {
         let mut out = Vec::new();
@@ -225,6 +244,7 @@ fn callgrind_control(server: &Server, flag: &str) -> Result<(), String> {
         .arg(flag)
         .arg(server.child.id().to_string())
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .status()
         .map_err(|e| format!("callgrind_control: {e}"))?;
     if !status.success() {
@@ -258,7 +278,7 @@ fn main() {
         std::process::exit(2)
     });
     let run = || -> Result<u64, String> {
-        let (server, mut con) = start()?;
+        let (server, mut con) = start(&o.redis_server)?;
         let _: String = redis::cmd("FUNCTION")
             .arg("LOAD")
             .arg("REPLACE")
@@ -273,7 +293,11 @@ fn main() {
         // a draw of its own, on a server that has seen none).
         send(&mut con, &o, o.seed)?;
         callgrind_control(&server, "-d")?;
-        dumped(&server)
+        let total = dumped(&server)?;
+        if let Some(to) = &o.dump {
+            std::fs::copy(server.dir.path().join("cg.out.1"), to).map_err(|e| e.to_string())?;
+        }
+        Ok(total)
     };
     match run() {
         Ok(total) => {

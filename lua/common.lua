@@ -1,8 +1,10 @@
--- common.lua: helpers shared by the algorithm modules, mirroring src/algorithm/mod.rs.
--- Lua numbers are IEEE doubles, like Rust's f64: the same expressions in the same
--- order give the same results, which the differential test relies on.
+-- common.lua: helpers shared by the engine and the algorithm modules, mirroring
+-- src/algorithm/. Lua numbers are IEEE doubles, like Rust's f64: the same
+-- expressions in the same order give the same results, which the differential test
+-- relies on. The contract's constants (OP_FORMAT, FLAG_*, MODE_*, CODE_*...) come
+-- before this file, generated from src/store/redis/scripts/contract.rs.
 --
--- The module interface (batch.lua calls it; see src/algorithm/mod.rs):
+-- An algorithm module (lua/<name>.lua, a table named like its model) answers:
 --   load(key, p, now_ms)            the stored state, or false for none
 --   decide(s, p, now_ms, cost, at, reuse)
 --                                   new state, then the operation's reply: remaining if
@@ -12,22 +14,28 @@
 --                                   out[at]); s is never modified, except that when
 --                                   reuse (s itself, referenced by nothing else) is
 --                                   given, an admission may write the new state into it
---                                   instead of making a table
+--   charge(s, p, now_ms, cost), release(s, p, now_ms, cost)
+--                                   the same, for a charge or a release (charge_with and
+--                                   release_with below build them from decide)
 --   save(key, s, p, now_ms, injected, now_us, stored, out)
 --                                   writes s with its TTL once per call (stored: what
 --                                   load returned; out: the reply, for tokens decide
 --                                   left to it)
 --   refund(key, p, token, cost)     gives back what an operation consumed
+-- and may answer:
+--   prepare(p, now_ms)              what a spec derives from the call's clock, before
+--                                   its first decision in a call
 --   take(key, p, now_ms, injected), untake(key, p, remaining)
---                                   optional: decide a limit's hits by writing first
---                                   (fixed_window.lua says how), and give them back
--- p is an operation's parsed spec, one table per distinct spec per call (so all on one
--- clock): a module may keep values derived from it and now_ms there.
+--                                   its fast path: decide a limit's hits in Redis at
+--                                   once (fixed_window.lua says how), and give them back
+-- The engine reads no field of p that a module writes. p is an operation's parsed
+-- spec, one table per distinct spec per call (so all on one clock).
 
 local EPSILON = 1e-9
 
 -- Locals instead of global lookups, in code that runs for every operation.
 local floor, ceil, max, min, tonumber = math.floor, math.ceil, math.max, math.min, tonumber
+local format = string.format
 
 -- ceil of a non-negative float as whole units (negative -> 0)
 local function ceil_ms(x)
@@ -43,14 +51,13 @@ end
 
 -- A float written so that tonumber() reads back exactly the same double.
 local function f17(x)
-  return string.format('%.17g', x)
+  return format('%.17g', x)
 end
 
 -- A whole number as an argument to redis.call, the same bytes Redis would write for
--- it ("%.17g") made with "%d": Redis formats every number argument as a float, at a
--- third of a microsecond each, about three times what "%d" costs. Only below 1e17
--- ("%.17g" writes those in full, no exponent); anything else stays a number.
-local format = string.format
+-- it ("%.17g") made with "%d": Redis formats every number argument as a float, at
+-- about three times what "%d" costs. Only below 1e17 ("%.17g" writes those in full,
+-- no exponent); anything else stays a number.
 local function int(x)
   if x < 1e17 and x > -1e17 and floor(x) == x then return format('%d', x) end
   return x
@@ -68,17 +75,25 @@ local function pexpire(key, ms, injected)
   redis.call('PEXPIRE', key, ttl_ms(ms))
 end
 
--- Calendar periods (time_zone; src/algorithm/calendar.rs): an operation may carry
--- the starts of six consecutive periods around tollgate's clock, 48 bytes after its
--- own (struct '<dddddd'). Reads them from `text` into p.cal_bounds and takes the
--- period holding Redis's clock among the middle three, so the clocks may differ by up
--- to a period: its start, end, the start before it and the end after it. False for
--- malformed bounds (not whole, or not in order); false and 'skew' for a clock
--- outside all three (the clocks more than a period apart): the call then fails
--- naming Redis's clock, from which tollgate learns the difference (scripts/mod.rs).
-local CALENDAR = '<dddddd'
+-- A string state with its TTL in one command.
+local function set_with_ttl(key, value, ms, injected)
+  if injected then
+    redis.call('SET', key, value)
+  else
+    redis.call('SET', key, value, 'PX', ttl_ms(ms))
+  end
+end
+
+-- Calendar periods (time_zone; src/algorithm/calendar.rs): the starts of six
+-- consecutive periods around tollgate's clock (CALENDAR_FORMAT) at `at` in `text`.
+-- Reads them into p.cal_bounds and takes the period holding Redis's clock among the
+-- middle three, so the clocks may differ by up to a period: its start, end, the start
+-- before it and the end after it. False for malformed bounds (not whole, or not in
+-- order); false and 'skew' for a clock outside all three (the clocks more than a
+-- period apart): the call then fails with CODE_CLOCK and that clock, from which
+-- tollgate learns the difference. now_ms nil: only read (a refund).
 local function calendar(p, text, at, now_ms)
-  local b = { struct.unpack(CALENDAR, text, at) }
+  local b = { struct.unpack(CALENDAR_FORMAT, text, at) }
   for i = 1, 6 do
     if floor(b[i]) ~= b[i] or (i > 1 and not (b[i] >= b[i - 1])) then return false end
   end
@@ -99,15 +114,6 @@ local function calendar_after(p, start)
     if b[i] == start then return b[i + 1] end
   end
   return nil
-end
-
--- A string state with its TTL in one command.
-local function set_with_ttl(key, value, ms, injected)
-  if injected then
-    redis.call('SET', key, value)
-  else
-    redis.call('SET', key, value, 'PX', ttl_ms(ms))
-  end
 end
 
 -- A charge in terms of the module's own decide (mirrors charge in

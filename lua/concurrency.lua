@@ -11,7 +11,6 @@
 -- named = {id = {expiry ms, holds, reused}}, by_id = whether the key is the set }.
 
 local concurrency = {}
-concurrency.charges, concurrency.releases, concurrency.counts_denials = false, true, true
 
 local function load_named(key)
   local named = {}

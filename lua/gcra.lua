@@ -36,7 +36,6 @@ end
 
 -- Charges and releases (src/algorithm/mode.rs): the arrival time may pass now + B x T
 -- (a debt); a release moves it back, never before now.
-gcra.charges, gcra.releases = true, true
 
 local function gcra_add(tat, p, _, cost)
   return tat + cost * (p.window / p.limit)

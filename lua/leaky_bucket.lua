@@ -51,7 +51,6 @@ end
 
 -- Charges are refused at load and releases ignored (src/algorithm/leaky_bucket.rs says
 -- why): a release is answered as a check and writes nothing.
-leaky_bucket.charges, leaky_bucket.releases = false, false
 
 function leaky_bucket.release(s, p, now_ms, cost)
   return release_with(leaky_bucket.decide, unchanged, s, p, now_ms, cost)

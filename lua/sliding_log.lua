@@ -37,8 +37,8 @@ local function reset_ms(s, window, now_ms)
   return hit(s, 1, now_ms) + window - now_ms
 end
 
--- at: where the reply holds this operation's refund token, which save writes (the
--- hits' member names are chosen there).
+-- at: the decision's number in the call, whose refund token save writes (the hits'
+-- member names are chosen there).
 function sliding_log.decide(s, p, now_ms, cost, at, reuse)
   local count = s.n + s.added
   if cost > p.limit then return s, -1, reset_ms(s, p.window, now_ms), -1, 0 end
@@ -62,8 +62,9 @@ function sliding_log.decide(s, p, now_ms, cost, at, reuse)
 end
 
 -- Adds the pending hits in one ZADD and writes each group's base, its refund token,
--- into the reply. TTL: one window (the newest hit is now).
-function sliding_log.save(key, s, p, now_ms, injected, now_us, _, out)
+-- into the reply (`late`: the engine's late_token). TTL: one window (the newest hit
+-- is now).
+function sliding_log.save(key, s, p, now_ms, injected, now_us, _, late)
   local args = {}
   local score = int(now_ms)
   local base = now_us
@@ -78,7 +79,7 @@ function sliding_log.save(key, s, p, now_ms, injected, now_us, _, out)
         args = {}
       end
     end
-    out[group.at] = base
+    late(group.at, base)
     base = base + 1
     group = group.older
   end
@@ -100,7 +101,6 @@ end
 
 -- Charges are refused at load and releases ignored (src/algorithm/sliding_log.rs says
 -- why): a release is answered as a check and writes nothing.
-sliding_log.charges, sliding_log.releases = false, false
 
 function sliding_log.release(s, p, now_ms, cost)
   return release_with(sliding_log.decide, unchanged, s, p, now_ms, cost)

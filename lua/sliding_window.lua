@@ -98,7 +98,6 @@ end
 
 -- Charges and releases (src/algorithm/mode.rs): this window's count; a release takes
 -- from this window first, then from the previous one.
-sliding_window.charges, sliding_window.releases = true, true
 
 local function sw_add(s, _, _, cost)
   return { start = s.start, prev = s.prev, curr = s.curr + cost }

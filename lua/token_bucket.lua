@@ -45,7 +45,6 @@ end
 
 -- Charges and releases (src/algorithm/mode.rs): tokens may go negative (a debt the
 -- refill pays back); a release adds tokens up to the bucket's size.
-token_bucket.charges, token_bucket.releases = true, true
 
 local function tb_add(s, _, _, cost)
   return { t = s.t - cost, a = s.a }

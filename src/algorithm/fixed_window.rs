@@ -66,6 +66,11 @@ pub fn expires_at_ms(state: &State, params: &Params) -> u64 {
 /// How many low bits of the stored value hold the window's start (`lua/fixed_window.lua`).
 pub const VALUE_SHIFT: u32 = 20;
 
+/// The largest count the value keeps: far above any u32 limit plus a u32 cost (past
+/// it every answer is the same), and `CAP << VALUE_SHIFT` stays below 2^53, where a
+/// double (Lua's number) stops holding the window's bits exactly.
+pub const CAP: u64 = (1 << 33) - 1;
+
 /// This model in the list of `algorithm/mod.rs`; its Lua twin is `lua/fixed_window.lua`.
 pub struct FixedWindow;
 
@@ -83,6 +88,7 @@ impl Model for FixedWindow {
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = false;
+    const LUA_CONSTANTS: &'static [(&'static str, u64)] = &[("SHIFT", 1 << VALUE_SHIFT), ("CAP", CAP)];
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {

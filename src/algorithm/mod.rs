@@ -104,6 +104,10 @@ pub trait Model {
     /// Whether a denied operation is counted all the same (its state written): a
     /// concurrency lease is taken admitted or not, because its release comes anyway.
     const COUNTS_DENIALS: bool;
+    /// The constants its Lua twin reads, by name (`SHIFT` for the fixed window's value
+    /// layout): written here once, and put before the twin's source when the engine
+    /// is assembled, so the two cannot disagree.
+    const LUA_CONSTANTS: &'static [(&'static str, u64)] = &[];
     type State: Clone + std::fmt::Debug + PartialEq;
 
     /// Decides `cost` hits at `now_ms` against `state` (`None`: never seen). A denied
@@ -263,6 +267,13 @@ macro_rules! algorithms {
             pub fn releases(self) -> bool {
                 match self {
                     $(Algorithm::$variant => <$module::$variant as Model>::RELEASES,)+
+                }
+            }
+
+            /// The constants its Lua twin reads ([`Model::LUA_CONSTANTS`]).
+            pub fn lua_constants(self) -> &'static [(&'static str, u64)] {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::LUA_CONSTANTS,)+
                 }
             }
 

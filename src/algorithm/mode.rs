@@ -26,6 +26,9 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Every mode, for the contract the Lua engine is generated with.
+    pub const ALL: [Mode; 4] = [Mode::Limit, Mode::Overdraft, Mode::Quota, Mode::Release];
+
     /// Whether the operation's new state is written whatever its answer and whatever
     /// the rest of the request's answer (charges and releases are facts about the
     /// past: the tokens were spent, the request finished).
@@ -41,8 +44,8 @@ impl Mode {
         }
     }
 
-    /// Its bits in the wire operation's flags byte (bit 0 is `vetoes`); the Lua
-    /// dispatch in `lua/batch.lua` reads the same values.
+    /// Its bits in the wire operation's bits byte (bit 0 is `vetoes`); the Lua engine
+    /// reads them through the contract (`store/redis/scripts/contract.rs`).
     pub fn wire_bits(self) -> u8 {
         match self {
             Mode::Limit => 0,

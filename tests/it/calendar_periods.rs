@@ -293,11 +293,12 @@ async fn redis_picks_its_own_period_among_those_sent() {
     }
 }
 
-/// Clocks more than a period apart: the call fails, naming Redis's clock, having
-/// written nothing; tollgate learns the difference (`scripts::evalsha`) and the next
-/// call's periods are Redis's.
+/// Clocks more than a period apart: the script refuses the call with the contract's
+/// code and Redis's clock, having written nothing; tollgate learns the difference
+/// and sends the call again at once (`scripts::send_batch`), so the request is
+/// decided on Redis's period, not answered by the failure mode.
 #[tokio::test]
-async fn a_clock_beyond_the_periods_sent_fails_once_and_is_learned() {
+async fn a_clock_beyond_the_periods_sent_is_learned_and_the_call_sent_again() {
     let mut conn = loaded_connection(common::redis::standalone()).await;
     let prefix = common::redis::unique_prefix("calendar_far");
     let cal = calendar("America/New_York", CalendarUnit::Day, 1);
@@ -313,11 +314,15 @@ async fn a_clock_beyond_the_periods_sent_fails_once_and_is_learned() {
     let redis_now = utc("2024-11-04T04:59:00");
     let cmd = scripts::batch_cmd_around(&segments, redis_now, redis_now - 5 * 86_400_000);
     let failed: Result<Vec<u8>, _> = scripts::evalsha(&mut conn, &cmd, &scripts::BATCH).await;
-    let error = failed
-        .expect_err("periods that miss Redis's clock")
-        .to_string();
-    assert!(
-        error.contains(&format!("calendar clock {redis_now}")),
+    let error = failed.expect_err("periods that miss Redis's clock");
+    assert_eq!(
+        error.code(),
+        Some(scripts::contract::code::CLOCK),
+        "{error}"
+    );
+    assert_eq!(
+        error.detail().and_then(|d| d.split_whitespace().next()),
+        Some(redis_now.to_string().as_str()),
         "{error}"
     );
     let written: bool = redis::cmd("EXISTS")
@@ -325,19 +330,27 @@ async fn a_clock_beyond_the_periods_sent_fails_once_and_is_learned() {
         .query_async(&mut conn)
         .await
         .expect("EXISTS");
-    assert!(!written, "a failed call writes nothing");
+    assert!(!written, "a refused call writes nothing");
     let learned = scripts::redis_clock_estimate();
     assert!(
         learned.abs_diff(redis_now) < 60_000,
         "learned {learned}, Redis {redis_now}"
     );
-    let cmd = scripts::batch_cmd_around(&segments, redis_now, learned);
-    let reply: Vec<u8> = scripts::evalsha(&mut conn, &cmd, &scripts::BATCH)
-        .await
-        .expect("the periods around Redis's clock");
-    let d = scripts::parse_batch_reply(&reply, 1).expect("reply")[0].decision;
-    assert!(d.allowed);
-    assert_eq!(d.reset_after, Duration::from_secs(60));
     // Back to this host's clock for whatever runs next in this process.
+    scripts::learn_redis_clock(tollgate::clock::SystemClock.now_millis());
+
+    // Through the store, on Redis's real clock, with tollgate's idea of it 5 days
+    // off: refused once, learned, sent again, decided.
+    let store = common::stores::standalone("calendar_far_store").await;
+    let now = tollgate::clock::SystemClock.now_millis();
+    scripts::learn_redis_clock(now - 5 * 86_400_000);
+    let decided = tollgate::store::Store::decide(&store, std::slice::from_ref(&one))
+        .await
+        .expect("decided, not failed");
+    assert!(decided[0].allowed);
+    assert!(
+        scripts::redis_clock_estimate().abs_diff(now) < 60_000,
+        "learned again"
+    );
     scripts::learn_redis_clock(tollgate::clock::SystemClock.now_millis());
 }

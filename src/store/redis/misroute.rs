@@ -10,6 +10,7 @@
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use super::connect::describe;
+use super::scripts::contract;
 use crate::store::StoreError;
 
 /// How a misrouted call's error starts, so the cluster path can tell it from a
@@ -20,8 +21,9 @@ const MISROUTED: &str = "misrouted batch call";
 /// Whether Redis refused `e`'s call because of where its keys live, before running
 /// (or while running, before writing: every key is read before any is written).
 ///
-/// - "Script attempted to access a non local key": a key of a slot the node does not
-///   serve, or of a slot it is migrating whose key is gone already (ASK);
+/// - [`contract::code::ABORTED`]: a command the call ran was refused ("Script attempted
+///   to access a non local key": a key of a slot the node does not serve, or of a slot
+///   it is migrating whose key is gone already), and the call gave back what it took;
 /// - READONLY: the address is a replica now (a failover);
 /// - MOVED, ASK, TRYAGAIN, CROSSSLOT: not expected with no key declared, but each
 ///   says the same;
@@ -38,8 +40,9 @@ pub fn misrouted(e: &RedisError) -> bool {
                 | ServerErrorKind::CrossSlot
         )
     );
-    let text = e.to_string();
-    routing || text.contains("non local key") || text.contains("Error compiling script")
+    // The engine's own: a command refused midway, what the call took given back.
+    let aborted = e.code() == Some(contract::code::ABORTED);
+    routing || aborted || e.to_string().contains("Error compiling script")
 }
 
 /// The error a misrouted call answers its requests with.
@@ -82,16 +85,20 @@ mod tests {
                 detail.to_owned(),
             ))
         };
-        let non_local = server(
-            "ERR",
-            "Script attempted to access a non local key in a cluster node script",
+        let non_local = redis::make_extension_error(
+            contract::code::ABORTED.to_owned(),
+            Some("Script attempted to access a non local key in a cluster node script".into()),
         );
         assert!(misrouted(&non_local));
         assert!(is(&error(&non_local)));
         assert!(misrouted(&server("READONLY", "a read only replica")));
+        assert!(!misrouted(&redis::make_extension_error(
+            contract::code::MALFORMED.to_owned(),
+            Some("operation".into()),
+        )));
         assert!(!misrouted(&server(
             "ERR",
-            "tollgate: malformed operation 1"
+            "Script attempted to access a non local key in a cluster node script"
         )));
         assert!(!is(&StoreError::Unavailable("connection refused".into())));
     }

@@ -303,14 +303,14 @@ async fn call<C: ConnectionLike>(
             dry_run: job.dry_run,
         })
         .collect();
-    let cmd = scripts::batch_call(line.layout, &segments, &line.functions);
     let total: usize = batch.iter().map(|job| job.ops.len()).sum();
-    let script = line.layout.script();
-    let sent = if scripts::sends_fcall(&cmd) {
-        scripts::fcall(&mut line.connection, &cmd, script, &line.functions).await
-    } else {
-        scripts::evalsha(&mut line.connection, &cmd, script).await
-    };
+    let sent = scripts::send_batch(
+        &mut line.connection,
+        line.layout,
+        &segments,
+        &line.functions,
+    )
+    .await;
     let reply: Vec<u8> = sent.map_err(|e| match line.layout {
         // Nothing was written: the caller decides the request again by slot.
         Layout::AnySlot if misroute::misrouted(&e) => CallError {

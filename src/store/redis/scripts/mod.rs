@@ -18,6 +18,7 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind
 use crate::algorithm::Algorithm;
 
 mod command;
+pub mod contract;
 mod library;
 mod reply;
 mod runs;
@@ -33,18 +34,22 @@ use wire::Flag;
 pub use wire::{WireOp, learn_redis_clock, redis_clock_estimate};
 
 const COMMON: &str = include_str!("../../../../lua/common.lua");
+const SPEC: &str = include_str!("../../../../lua/spec.lua");
 
-/// `lua/common.lua`, the generated dispatch, then `entry`.
+/// The contract's definitions ([`contract::prelude`]), `lua/common.lua`, the generated
+/// dispatch, `lua/spec.lua` (the operation parser), then `entry`.
 ///
 /// The dispatch is a function `algorithm(id)` (an algorithm's position in
 /// [`Algorithm::ALL`], from 1), generated from the Rust list so the ids cannot drift
-/// from the enum. Each algorithm's module (`lua/<name>.lua`) sits in one branch of a
-/// generated `algorithm(id)`, which builds a module on its first use in a call. Why
-/// lazily: Redis keeps the compiled script, but its top level runs on every call, and
-/// defining every module (their functions and tables) cost more per call than
-/// deciding a dozen operations; a call now builds only the modules it uses.
+/// from the enum. Each algorithm's module (`lua/<name>.lua`, between its model's
+/// constants and flags: [`contract::module_header`], [`contract::module_footer`])
+/// sits in one branch of it, which builds a module on its first use in a call. Why
+/// lazily: a script's top level runs on every call, and defining every module (their
+/// functions and tables) cost more per call than deciding a dozen operations; a call
+/// builds only the modules it uses.
 fn assemble(entry: &str) -> String {
-    let mut body = String::from(COMMON);
+    let mut body = contract::prelude();
+    body.push_str(COMMON);
     body.push_str(
         "\n-- Generated from the Rust list (src/algorithm/mod.rs): the module of algorithm\n\
          -- `id`, built on its first use in a call; nil for an unknown id.\n\
@@ -55,30 +60,34 @@ fn assemble(entry: &str) -> String {
     );
     for algorithm in Algorithm::ALL {
         body.push_str(&format!("if id == {} then\n", algorithm.id()));
+        body.push_str(&contract::module_header(algorithm));
         body.push_str(algorithm.lua());
-        body.push_str(&format!("\nmodule = {}\nend\n", algorithm.name()));
+        body.push_str(&contract::module_footer(algorithm));
+        body.push_str(&format!("module = {}\nend\n", algorithm.name()));
     }
     body.push_str(
         "\x20 algorithms[id] = module\n\
          \x20 return module\n\
          end\n",
     );
+    body.push_str(SPEC);
     body.push_str(entry);
     body
 }
 
-/// lua/batch.lua (with its lean path, lua/batch_lean.lua, and its entry point,
-/// lua/batch_call.lua: one chunk in three files) with the shared code before it, for
-/// one layout: `ANY_SLOT` tells it whether its keys come in ARGV (see
-/// [`BATCH_ANY_SLOT`]); its entry point is the function `batch`, which `tail` calls (a
-/// script) or returns (to a library).
+/// The engine (`lua/call.lua`, `reply.lua`, `segment.lua`, `batch.lua`: one chunk)
+/// with the shared code before it, for one layout: `ANY_SLOT` tells it whether its keys
+/// come in ARGV (see [`BATCH_ANY_SLOT`]); its entry point is the function `batch`,
+/// which `tail` calls (a script) or returns (to a library).
 pub(crate) fn batch_code(any_slot: bool, tail: &str) -> String {
     let body = assemble(concat!(
+        include_str!("../../../../lua/call.lua"),
+        "\n",
+        include_str!("../../../../lua/reply.lua"),
+        "\n",
+        include_str!("../../../../lua/segment.lua"),
+        "\n",
         include_str!("../../../../lua/batch.lua"),
-        "\n",
-        include_str!("../../../../lua/batch_lean.lua"),
-        "\n",
-        include_str!("../../../../lua/batch_call.lua"),
     ));
     format!("local ANY_SLOT = {any_slot}\n{body}\n{tail}\n")
 }
@@ -90,9 +99,8 @@ pub static BATCH: LazyLock<Script> =
 /// call goes to the master it is sent to, by address, never redirected) and may touch
 /// keys of any slot that node owns (Redis 7's `allow-cross-slot-keys`); a key the
 /// node does not own, or one of a slot it is migrating away that it no longer holds,
-/// fails the call before anything is written (see [`Layout::AnySlot`]). The keys
-/// come first in ARGV, after their count; the prelude gives `lua/batch.lua` the
-/// `KEYS` and `ARGV` it reads.
+/// fails the call, which gives back what it took and answers [`contract::code::ABORTED`]
+/// (see [`Layout::AnySlot`]). The keys come first in ARGV, after their count.
 pub static BATCH_ANY_SLOT: LazyLock<Script> = LazyLock::new(|| {
     // The shebang must be the script's first line.
     Script::new(&format!(
@@ -100,8 +108,13 @@ pub static BATCH_ANY_SLOT: LazyLock<Script> = LazyLock::new(|| {
         batch_code(true, "return batch(KEYS, ARGV)")
     ))
 });
-pub static REFUND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&assemble(include_str!("../../../../lua/refund.lua"))));
+/// The refund script (`lua/refund.lua`), on the same parser as the batch's.
+pub static REFUND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&assemble(concat!(
+        include_str!("../../../../lua/refund.lua"),
+        "\nreturn refund(KEYS, ARGV)\n"
+    )))
+});
 
 /// Sends `cmd` (an EVALSHA of `script`); on NOSCRIPT loads the script with SCRIPT LOAD
 /// and sends it once more. The body never travels with EVAL.
@@ -123,56 +136,99 @@ pub async fn evalsha<C: ConnectionLike, T: FromRedisValue>(
     result
 }
 
-/// The batch script fails a call whose calendar periods (chosen around tollgate's
-/// clock) do not hold Redis's clock, naming that clock (`CLOCK` in lua/batch.lua):
-/// the next calls choose their periods around it.
-fn learn_from(error: &redis::RedisError) {
-    // redis-rs reads the reply's first word as its code: `"tollgate:": calendar ...`.
-    const CLOCK: &str = "calendar clock ";
-    let text = error.to_string();
-    if let Some(at) = text.find(CLOCK) {
-        let digits: String = text[at + CLOCK.len()..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        if let Ok(redis_ms) = digits.parse() {
-            tracing::warn!(
-                redis_ms,
-                "Redis's clock is more than a calendar period away from tollgate's: periods follow Redis's from now on"
-            );
-            wire::learn_redis_clock(redis_ms);
+/// Sends the batch call for `segments` (FCALL once the library loaded, else EVALSHA).
+/// A call refused for a calendar's clock ([`contract::code::CLOCK`]: nothing was
+/// decided) is built again around the clock it named and sent once more, so its
+/// requests are decided, not answered by the failure mode while tollgate learns.
+pub async fn send_batch<C: ConnectionLike, K: AsRef<str>>(
+    con: &mut C,
+    layout: Layout,
+    segments: &[Segment<'_, K>],
+    functions: &Functions,
+) -> RedisResult<Vec<u8>> {
+    let mut tries = 0;
+    loop {
+        let cmd = batch_call(layout, segments, functions);
+        let sent = if sends_fcall(&cmd) {
+            fcall(con, &cmd, layout.script(), functions).await
+        } else {
+            evalsha(con, &cmd, layout.script()).await
+        };
+        tries += 1;
+        match sent {
+            Err(e) if tries == 1 && e.code() == Some(contract::code::CLOCK) => continue,
+            other => return other,
         }
     }
+}
+
+/// The batch script refuses a call whose calendar periods (chosen around tollgate's
+/// clock) do not hold Redis's clock, answering [`contract::code::CLOCK`] and that
+/// clock: the next calls choose their periods around it. True when `error` was that.
+pub fn learn_from(error: &redis::RedisError) -> bool {
+    if error.code() != Some(contract::code::CLOCK) {
+        return false;
+    }
+    let Some(redis_ms) = error
+        .detail()
+        .and_then(|d| d.split_whitespace().next())
+        .and_then(|ms| ms.parse().ok())
+    else {
+        return false;
+    };
+    tracing::warn!(
+        redis_ms,
+        "Redis's clock is more than a calendar period away from tollgate's: periods follow Redis's from now on"
+    );
+    wire::learn_redis_clock(redis_ms);
+    true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The dispatch comes from the Rust list, in id order, before the entry point
-    /// that indexes it.
+    /// The dispatch comes from the Rust list, in id order, each module between its
+    /// model's constants and flags, after the contract and before the entry point.
     #[test]
     fn scripts_carry_the_generated_dispatch() {
-        for entry in [
-            include_str!("../../../../lua/batch.lua"),
-            include_str!("../../../../lua/refund.lua"),
-        ] {
-            let body = assemble(entry);
-            let mut at = 0;
-            for algorithm in Algorithm::ALL {
-                let branch = format!("if id == {} then\n{}", algorithm.id(), algorithm.lua());
-                let found = body[at..]
-                    .find(&branch)
-                    .expect("a branch per algorithm, in order");
-                at += found + branch.len();
-                let ret = format!("\nmodule = {}\nend\n", algorithm.name());
-                assert!(body[at..].starts_with(&ret), "{}", algorithm.name());
-            }
-            assert!(
-                body.find("local algorithms").expect("the table")
-                    < body.find(entry).expect("entry")
+        let entry = "return refund(KEYS, ARGV)";
+        let body = assemble(entry);
+        assert!(body.starts_with(&contract::prelude()));
+        let mut at = 0;
+        for algorithm in Algorithm::ALL {
+            let branch = format!(
+                "if id == {} then\n{}{}{}module = {}\nend\n",
+                algorithm.id(),
+                contract::module_header(algorithm),
+                algorithm.lua(),
+                contract::module_footer(algorithm),
+                algorithm.name()
             );
-            assert!(!entry.contains("local algorithms"), "ids have one source");
+            let found = body[at..]
+                .find(&branch)
+                .expect("a branch per algorithm, in order");
+            at += found + branch.len();
+        }
+        assert!(body[at..].contains(SPEC) && body.ends_with(entry));
+        for source in [COMMON, SPEC] {
+            assert!(!source.contains("local algorithms"), "ids have one source");
+        }
+    }
+
+    /// No Lua file writes the contract's numbers or an algorithm's flags itself.
+    #[test]
+    fn lua_files_take_the_contract_from_rust() {
+        for algorithm in Algorithm::ALL {
+            let lua = algorithm.lua();
+            for (name, _) in algorithm.lua_constants() {
+                assert!(
+                    !lua.contains(&format!("local {name} =")),
+                    "{} defines {name}",
+                    algorithm.name()
+                );
+            }
+            assert!(!lua.contains(".charges ="), "{}", algorithm.name());
         }
     }
 }

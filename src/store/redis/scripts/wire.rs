@@ -23,20 +23,15 @@ pub struct WireOp {
     pub(super) vetoes: bool,
     /// `time_zone`: the periods are sent with the operation ([`CALENDAR_LEN`]).
     pub(super) calendar: Option<Calendar>,
-    /// The mode's bits, `Mode::wire_bits` (bits 1-2 of the flags byte).
+    /// The mode's bits, `Mode::wire_bits`.
     pub(super) mode: u8,
-    /// The request's own lease (`CounterOp::lease`): sent after the operation's bytes,
-    /// flagged by bit 3 of the flags byte.
+    /// The request's own lease (`CounterOp::lease`): sent after the operation's bytes
+    /// ([`bits::LEASE`]).
     pub(super) lease: Option<CompactString>,
 }
 
-/// Bit 3 of the flags byte: the lease id follows the operation's bytes.
-const LEASE_FOLLOWS: u8 = 8;
-
-/// The bytes [`WireOp::write`] makes: struct format `<BBddddBd` in the scripts (a
-/// flag, the algorithm id, limit, window, burst, max delay as little-endian doubles,
-/// the flags byte (vetoes, mode), the cost as a double).
-pub(super) const OP_LEN: usize = 1 + 1 + 4 * 8 + 1 + 8;
+pub(super) use super::contract::OP_LEN;
+use super::contract::{CALENDAR_LEN, bits, flag};
 
 /// Redis's clock minus tollgate's (ms), as the batch script last reported it when a
 /// calendar's periods missed Redis's clock ([`learn_redis_clock`]); 0 until then.
@@ -59,22 +54,16 @@ pub fn redis_clock_estimate() -> u64 {
         .saturating_add_signed(REDIS_AHEAD_MS.load(Ordering::Relaxed))
 }
 
-/// The bytes an operation with a calendar adds after [`OP_LEN`]: the starts of six
-/// consecutive periods around tollgate's clock (`Calendar::bounds_around`), as
-/// little-endian doubles (whole milliseconds, exact below 2^53). The script cannot
-/// read a time-zone database, so it picks Redis's period among these.
-const CALENDAR_LEN: usize = 6 * 8;
-
-/// Where an operation stands in its call, the first byte of its encoding (see
-/// `lua/batch.lua`).
+/// Where an operation stands in its call, the first byte of its encoding
+/// ([`flag`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Flag {
     /// The first operation of a request.
-    Starts = b'+' as isize,
+    Starts = flag::START as isize,
     /// The first operation of a request decided as a dry run.
-    StartsDry = b'-' as isize,
+    StartsDry = flag::DRY as isize,
     /// A further operation of the same request (and every refund operation).
-    Continues = b'.' as isize,
+    Continues = flag::MORE as isize,
 }
 
 impl WireOp {
@@ -103,15 +92,13 @@ impl WireOp {
         }
     }
 
-    /// The encoder: appends this operation to `cmd` as one argument of [`OP_LEN`]
-    /// bytes, numbers as the doubles Lua computes with. Why one argument: the script
+    /// The encoder: appends this operation to `cmd` as one argument, the contract's
+    /// layout ([`super::contract`]): [`OP_LEN`] bytes, numbers as the doubles Lua
+    /// computes with, then a calendar's periods (those around `around_ms`: tollgate's
+    /// clock, or a test's injected one) or a lease's id. Why one argument: the script
     /// parses each distinct operation once per call, and a call's operations mostly
-    /// repeat (same rule, same cost); why binary: one `struct.unpack` reads it, where
-    /// matching a text made a Lua string per field and converted each (about a
-    /// microsecond per call, as much as a decision), and formatting decimals here
-    /// cost tollgate too. A u64 becomes the double nearest to it, as Lua's
-    /// `tonumber` of its decimal did. A calendar's periods are those around
-    /// `around_ms` (tollgate's clock, or a test's injected one).
+    /// repeat (same rule, same cost); why binary: one `struct.unpack` reads it. A u64
+    /// becomes the double nearest to it, as Lua's `tonumber` of its decimal did.
     pub(super) fn write(&self, cmd: &mut Cmd, flag: Flag, around_ms: u64) {
         let mut buf = [0u8; OP_LEN + CALENDAR_LEN];
         buf[0] = flag as u8;
@@ -125,12 +112,12 @@ impl WireOp {
         for (i, x) in numbers.into_iter().enumerate() {
             buf[2 + 8 * i..10 + 8 * i].copy_from_slice(&x.to_le_bytes());
         }
-        buf[34] = u8::from(self.vetoes) | self.mode;
+        buf[34] = (u8::from(self.vetoes) * bits::VETOES) | self.mode;
         buf[35..OP_LEN].copy_from_slice(&(self.cost as f64).to_le_bytes());
         if let Some(lease) = &self.lease {
-            // A rule with a lease takes no time_zone (the config refuses it), so the
-            // id is all that follows.
-            buf[34] |= LEASE_FOLLOWS;
+            // A rule with a lease takes no time_zone (the config refuses it): the id is
+            // all that follows.
+            buf[34] |= bits::LEASE;
             let mut text = Vec::with_capacity(OP_LEN + lease.len());
             text.extend_from_slice(&buf[..OP_LEN]);
             text.extend_from_slice(lease.as_bytes());
@@ -141,6 +128,9 @@ impl WireOp {
             cmd.arg(&buf[..OP_LEN]);
             return;
         };
+        // The script cannot read a time-zone database, so it picks Redis's period
+        // among six around tollgate's idea of Redis's clock.
+        buf[34] |= bits::CALENDAR;
         for (i, start) in calendar.bounds_around(around_ms).into_iter().enumerate() {
             let at = OP_LEN + 8 * i;
             buf[at..at + 8].copy_from_slice(&(start as f64).to_le_bytes());
