@@ -22,9 +22,9 @@
 -- Gives back what the fast path kept before a failure, newest first.
 local function give_back()
   if not done then return end
-  for i = logged, 2, -2 do
-    local p = done[i]
-    p.untake(done[i - 1], p, 0)
+  for i = logged, 3, -3 do
+    local p = done[i - 1]
+    p.untake(done[i - 2], p, 0, now_ms, done[i])
   end
 end
 

@@ -25,9 +25,12 @@
 -- and may answer:
 --   prepare(p, now_ms)              what a spec derives from the call's clock, before
 --                                   its first decision in a call
---   take(key, p, now_ms, injected), untake(key, p, remaining)
+--   take(key, p, now_ms, injected), untake(key, p, remaining, now_ms, undo)
 --                                   its fast path: decide a limit's hits in Redis at
---                                   once (fixed_window.lua says how), and give them back
+--                                   once (fixed_window.lua, timed.lua say how), and give
+--                                   them back; take's fifth value is what untake needs
+--                                   (undo), untake answers what remains without them
+--                                   and its reset
 -- The engine reads no field of p that a module writes. p is an operation's parsed
 -- spec, one table per distinct spec per call (so all on one clock).
 

@@ -225,12 +225,13 @@ function fixed_window.take(key, p, now_ms, injected)
 end
 
 -- Gives back the hits of an admitting `take` (`remaining` its answer) and answers as
--- a check of what is left, never below 0: the state without this request.
+-- a check of what is left, never below 0: the state without this request, and its
+-- reset (the window's end).
 function fixed_window.untake(key, p, remaining)
-  if not p.fw_incr then return remaining end
+  if not p.fw_incr then return remaining, p.fw_reset end
   local left = p.limit - count_in(redis.call('INCRBY', key, text(p, 'fw_sub', -p.cost * SHIFT)), p)
-  if left < 0 then return 0 end
-  return left
+  if left < 0 then return 0, p.fw_reset end
+  return left, p.fw_reset
 end
 
 -- Charges and releases (src/algorithm/mode.rs): the count of the current window.

@@ -1,11 +1,38 @@
 -- gcra.lua: mirrors src/algorithm/gcra.rs.
 -- State: one float, the theoretical arrival time (ms). T = W / L, tolerance B x T;
--- admit iff max(TAT, now) + n x T - now <= B x T. No key = TAT in the past.
+-- admit iff max(TAT, now) + n x T - now <= B x T. No key = TAT in the past. Stored as
+-- 12 bytes, TAT (a double) and the key's expiry on the grid (a u32 of GRID steps;
+-- timed.lua); 0.1 wrote TAT in decimal (13 bytes at least, so never 12), read until
+-- its next write replaces it.
 
 local gcra = {}
 
-function gcra.load(key)
-  return tonumber(redis.call('GET', key)) or false
+function gcra.pack(s, e)
+  return struct.pack(PACKED, s, e / GRID)
+end
+
+function gcra.unpack(v)
+  if #v ~= PACKED_LEN then return nil end
+  local tat, k = struct.unpack(PACKED, v)
+  return tat, k * GRID
+end
+
+function gcra.legacy(_, v)
+  return tonumber(v) or false
+end
+
+function gcra.stops(s)
+  return s
+end
+
+function gcra.peek(v, _, now_ms)
+  if #v ~= PACKED_LEN then return nil end
+  local tat, k = struct.unpack(PACKED, v)
+  return tat <= now_ms, k * GRID
+end
+
+function gcra.load(key, p, now_ms)
+  return timed_load(gcra, key, p, now_ms)
 end
 
 function gcra.decide(s, p, now_ms, cost)
@@ -24,19 +51,31 @@ function gcra.decide(s, p, now_ms, cost)
   return tat, -1, ceil_ms(tat - now), retry, 0
 end
 
--- TTL: until TAT (then the key is as good as absent).
-function gcra.save(key, s, p, now_ms, injected)
-  set_with_ttl(key, f17(s), s - now_ms, injected)
+function gcra.save(key, s, p, _, injected)
+  timed_save(gcra, key, s, p, injected)
+end
+
+function gcra.prepare(p, now_ms)
+  timed_prepare(gcra, p, now_ms)
+end
+
+
+gcra.take = timed_taker(gcra)
+
+function gcra.untake(key, p, _, now_ms, old)
+  return timed_untake(gcra, key, p, now_ms, old)
 end
 
 function gcra.refund(key, p, token, cost)
-  local tat = tonumber(redis.call('GET', key))
-  if tat ~= nil then redis.call('SET', key, f17(tat - cost * (p.window / p.limit)), 'KEEPTTL') end
+  local v = redis.pcall('GET', key)
+  if type(v) ~= 'string' then return end
+  local tat, e = gcra.unpack(v)
+  if tat == nil then return end
+  redis.call('SET', key, gcra.pack(tat - cost * (p.window / p.limit), e), 'KEEPTTL')
 end
 
 -- Charges and releases (src/algorithm/mode.rs): the arrival time may pass now + B x T
 -- (a debt); a release moves it back, never before now.
-
 local function gcra_add(tat, p, _, cost)
   return tat + cost * (p.window / p.limit)
 end

@@ -2,11 +2,37 @@
 -- State: one float, when the queue drains (the next free slot, ms). A queue of B
 -- slots drained at L per W: an admitted request takes the next slot and waits for it
 -- (the delay returned in microseconds); no room, or a wait beyond max_delay, denies.
+-- Stored as gcra.lua stores its arrival time (12 bytes; timed.lua); 0.1 wrote it in
+-- decimal, read until its next write replaces it.
 
 local leaky_bucket = {}
 
-function leaky_bucket.load(key)
-  return tonumber(redis.call('GET', key)) or false
+function leaky_bucket.pack(s, e)
+  return struct.pack(PACKED, s, e / GRID)
+end
+
+function leaky_bucket.unpack(v)
+  if #v ~= PACKED_LEN then return nil end
+  local tat, k = struct.unpack(PACKED, v)
+  return tat, k * GRID
+end
+
+function leaky_bucket.legacy(_, v)
+  return tonumber(v) or false
+end
+
+function leaky_bucket.stops(s)
+  return s
+end
+
+function leaky_bucket.peek(v, _, now_ms)
+  if #v ~= PACKED_LEN then return nil end
+  local tat, k = struct.unpack(PACKED, v)
+  return tat <= now_ms, k * GRID
+end
+
+function leaky_bucket.load(key, p, now_ms)
+  return timed_load(leaky_bucket, key, p, now_ms)
 end
 
 function leaky_bucket.decide(s, p, now_ms, cost)
@@ -34,24 +60,35 @@ function leaky_bucket.decide(s, p, now_ms, cost)
   return slot, -1, ceil_ms(wait), retry, 0
 end
 
--- TTL: until the queue is drained.
-function leaky_bucket.save(key, s, p, now_ms, injected)
-  set_with_ttl(key, f17(s), s - now_ms, injected)
+function leaky_bucket.save(key, s, p, _, injected)
+  timed_save(leaky_bucket, key, s, p, injected)
+end
+
+function leaky_bucket.prepare(p, now_ms)
+  timed_prepare(leaky_bucket, p, now_ms)
+end
+
+
+leaky_bucket.take = timed_taker(leaky_bucket)
+
+function leaky_bucket.untake(key, p, _, now_ms, old)
+  return timed_untake(leaky_bucket, key, p, now_ms, old)
 end
 
 -- A slot is taken back only if no request queued behind it since (the drain time is
 -- still the one this operation left): later requests were already spaced after it,
 -- and moving the queue forward under them could release two closer than W / L.
 function leaky_bucket.refund(key, p, token, cost)
-  local tat = tonumber(redis.call('GET', key))
+  local v = redis.pcall('GET', key)
+  if type(v) ~= 'string' then return end
+  local tat, e = leaky_bucket.unpack(v)
   if tat ~= nil and floor(tat * 1000) == token then
-    redis.call('SET', key, f17(tat - cost * (p.window / p.limit)), 'KEEPTTL')
+    redis.call('SET', key, leaky_bucket.pack(tat - cost * (p.window / p.limit), e), 'KEEPTTL')
   end
 end
 
 -- Charges are refused at load and releases ignored (src/algorithm/leaky_bucket.rs says
 -- why): a release is answered as a check and writes nothing.
-
 function leaky_bucket.release(s, p, now_ms, cost)
   return release_with(leaky_bucket.decide, unchanged, s, p, now_ms, cost)
 end

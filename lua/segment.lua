@@ -12,9 +12,11 @@
 -- writes). Made only when the general path runs: each table made per call costs
 -- Redis about as much as a decision.
 local state, stored, writer
--- An any-slot call's log of what `take` kept (key and spec, in order), given back if
--- the call fails midway (batch.lua); nil elsewhere.
+-- An any-slot call's log of what `take` kept (key, spec and what to give back, in
+-- order), given back if the call fails midway (batch.lua); nil elsewhere.
 local done, logged
+-- What each of a segment's fast operations would give back (take's fifth value).
+local r5 = {}
 
 local function hold()
   if state == nil then state, stored, writer = {}, {}, {} end
@@ -42,7 +44,7 @@ end
 local function untake_all(first, n, before)
   for k = n, 1, -1 do
     local p = ops[first + k - 1]
-    if r1[k] >= 0 then p.untake(call_keys[first + k - 1], p, 0) end
+    if r1[k] >= 0 then p.untake(call_keys[first + k - 1], p, 0, now_ms, r5[k]) end
   end
   if done then
     for j = before + 1, logged do done[j] = nil end
@@ -71,13 +73,13 @@ local function fast(first, last)
       if keys[j] == key then return untake_all(first, n, before) end
     end
     n = n + 1
-    local remaining, reset, third, token = take(key, p, now_ms, injected)
-    r1[n], r2[n], r3[n], r4[n] = remaining, reset, third, token
+    local remaining, reset, third, token, undo = take(key, p, now_ms, injected)
+    r1[n], r2[n], r3[n], r4[n], r5[n] = remaining, reset, third, token, undo
     if remaining < 0 then
       if p.vetoes then vetoed = true end
     elseif done then
-      done[logged + 1], done[logged + 2] = key, p
-      logged = logged + 2
+      done[logged + 1], done[logged + 2], done[logged + 3] = key, p, undo
+      logged = logged + 3
     end
   end
   if not vetoed then return n end
@@ -88,7 +90,8 @@ local function fast(first, last)
   for k = 1, n do
     if r1[k] >= 0 then
       local p = ops[first + k - 1]
-      r1[k], r3[k] = p.untake(keys[first + k - 1], p, r1[k]), 0
+      r1[k], r2[k] = p.untake(keys[first + k - 1], p, r1[k], now_ms, r5[k])
+      r3[k] = 0
     end
   end
   return n

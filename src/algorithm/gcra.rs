@@ -51,6 +51,9 @@ impl Model for Gcra {
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = false;
+    /// The arrival time (a double), then the key's expiry in grid steps
+    /// (`lua/timed.lua`): 12 bytes, which no decimal arrival time of 0.1 is.
+    const PACKED: Option<&'static str> = Some("<dI");
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
@@ -87,7 +90,13 @@ impl Model for Gcra {
 
     // gcra.lua: the theoretical arrival time, one number
     fn describe(stored: &Stored) -> String {
-        format!("theoretical arrival time {} (unix ms)", stored.value())
+        match stored.unpacked(Self::PACKED.unwrap_or_default()).as_deref() {
+            Some([tat, _]) => format!("theoretical arrival time {tat} (unix ms)"),
+            _ => format!(
+                "theoretical arrival time {} (unix ms; 0.1's decimal, replaced at its next write)",
+                stored.value()
+            ),
+        }
     }
 
     fn heap_bytes(_: &State) -> usize {

@@ -69,6 +69,8 @@ impl Model for LeakyBucket {
     /// releases are ignored (answered, counted).
     const RELEASES: bool = false;
     const COUNTS_DENIALS: bool = false;
+    /// As gcra's: the drain time, then the key's expiry in grid steps.
+    const PACKED: Option<&'static str> = Some("<dI");
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
@@ -96,7 +98,13 @@ impl Model for LeakyBucket {
 
     // leaky_bucket.lua: when the queue drains, one number
     fn describe(stored: &Stored) -> String {
-        format!("queue drains at {} (unix ms)", stored.value())
+        match stored.unpacked(Self::PACKED.unwrap_or_default()).as_deref() {
+            Some([tat, _]) => format!("queue drains at {tat} (unix ms)"),
+            _ => format!(
+                "queue drains at {} (unix ms; 0.1's decimal, replaced at its next write)",
+                stored.value()
+            ),
+        }
     }
 
     fn heap_bytes(_: &State) -> usize {

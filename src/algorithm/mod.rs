@@ -108,6 +108,10 @@ pub trait Model {
     /// layout): written here once, and put before the twin's source when the engine
     /// is assembled, so the two cannot disagree.
     const LUA_CONSTANTS: &'static [(&'static str, u64)] = &[];
+    /// For a state stored as numbers packed into one string, their `struct.pack`
+    /// format (`<dI`): its Lua twin packs with it (as `PACKED`, with `PACKED_LEN`, the
+    /// bytes it makes), and `describe` reads it back ([`Stored::unpacked`]).
+    const PACKED: Option<&'static str> = None;
     type State: Clone + std::fmt::Debug + PartialEq;
 
     /// Decides `cost` hits at `now_ms` against `state` (`None`: never seen). A denied
@@ -267,6 +271,13 @@ macro_rules! algorithms {
             pub fn releases(self) -> bool {
                 match self {
                     $(Algorithm::$variant => <$module::$variant as Model>::RELEASES,)+
+                }
+            }
+
+            /// Its packed state's format ([`Model::PACKED`]).
+            pub fn packed(self) -> Option<&'static str> {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::PACKED,)+
                 }
             }
 

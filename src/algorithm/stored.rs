@@ -10,7 +10,7 @@ pub enum Layout {
     Hash,
     /// A sorted set with a member per hit (`ZCARD`).
     SortedSet,
-    /// One number as a string (`GET`).
+    /// One string (`GET`): a number, or numbers packed ([`super::Model::PACKED`]).
     Value,
 }
 
@@ -19,7 +19,7 @@ pub enum Layout {
 pub enum Stored {
     Hash(Vec<(String, String)>),
     SortedSet { members: u64 },
-    Value(String),
+    Value(Vec<u8>),
 }
 
 impl Stored {
@@ -54,11 +54,35 @@ impl Stored {
         }
     }
 
-    /// A plain value; `?` for other layouts.
-    pub fn value(&self) -> &str {
+    /// A plain value as text (bytes that are not UTF-8 replaced); `?` for other
+    /// layouts.
+    pub fn value(&self) -> std::borrow::Cow<'_, str> {
         match self {
-            Stored::Value(v) => v,
-            _ => "?",
+            Stored::Value(v) => String::from_utf8_lossy(v),
+            _ => "?".into(),
         }
+    }
+
+    /// A value of numbers packed in `format` (`struct.pack`'s: `<` then `d`, a
+    /// little-endian double, or `I`, a little-endian u32), read back; `None` for
+    /// anything else (another layout, or an earlier release's).
+    pub fn unpacked(&self, format: &str) -> Option<Vec<f64>> {
+        let Stored::Value(bytes) = self else {
+            return None;
+        };
+        let mut at = 0;
+        let mut out = Vec::new();
+        for c in format.strip_prefix('<')?.chars() {
+            let (len, read): (usize, fn(&[u8]) -> f64) = match c {
+                'd' => (8, |b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8]))),
+                'I' => (4, |b| {
+                    f64::from(u32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
+                }),
+                _ => return None,
+            };
+            out.push(read(bytes.get(at..at + len)?));
+            at += len;
+        }
+        (at == bytes.len()).then_some(out)
     }
 }

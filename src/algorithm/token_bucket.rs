@@ -63,10 +63,12 @@ impl Model for TokenBucket {
     const TAKES_MAX_DELAY: bool = false;
     const TAKES_TIME_ZONE: bool = false;
     const TAKES_LEASE: bool = false;
-    const LAYOUT: Layout = Layout::Hash;
+    const LAYOUT: Layout = Layout::Value;
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = false;
+    /// Tokens and when (doubles), then the key's expiry in grid steps (`lua/timed.lua`).
+    const PACKED: Option<&'static str> = Some("<ddI");
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
@@ -103,12 +105,20 @@ impl Model for TokenBucket {
     }
 
     // token_bucket.lua: {t = tokens, a = when t was computed (unix ms)}
+    // token_bucket.lua: tokens, when (unix ms) and the expiry's grid step, packed; 0.1
+    // kept a hash {t, a} until its next write replaces it.
     fn describe(stored: &Stored) -> String {
-        format!(
-            "tokens {} as of {} (unix ms)",
-            stored.field("t"),
-            stored.field("a")
-        )
+        if let Stored::Hash(_) = stored {
+            return format!(
+                "tokens {} as of {} (unix ms; 0.1's hash, replaced at its next write)",
+                stored.field("t"),
+                stored.field("a")
+            );
+        }
+        match stored.unpacked(Self::PACKED.unwrap_or_default()).as_deref() {
+            Some([t, a, _]) => format!("tokens {t} as of {a} (unix ms)"),
+            _ => format!("an unreadable value {:?}", stored.value()),
+        }
     }
 
     fn heap_bytes(_: &State) -> usize {

@@ -64,10 +64,10 @@ pub async fn read(
                 let members: u64 = connection.zcard(&key).await.map_err(unavailable)?;
                 (members > 0).then_some(Stored::SortedSet { members })
             }
-            Layout::Value => match connection.get::<_, Option<String>>(&key).await {
+            Layout::Value => match connection.get::<_, Option<Vec<u8>>>(&key).await {
                 Ok(value) => value.map(Stored::Value),
-                // A fixed window written before its value layout is still a hash
-                // (its next hit replaces it): read it as one.
+                // A token bucket of 0.1 is still a hash (its next write replaces it):
+                // read it as one.
                 Err(e) if e.code() == Some("WRONGTYPE") => {
                     let fields: Vec<(String, String)> =
                         connection.hgetall(&key).await.map_err(unavailable)?;

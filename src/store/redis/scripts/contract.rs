@@ -48,6 +48,10 @@ pub mod bits {
 /// A reply's full form: remaining (or -1 when denied), reset ms, the delay us when
 /// allowed or the retry ms when denied (-1: never), the refund token.
 pub const FULL_FORM: usize = 4;
+/// The grid of a packed state's expiry (ms): a bucket's key expires on a multiple of
+/// it, at least one step after its state stops mattering (`lua/timed.lua`).
+pub const GRID_MS: u64 = 1 << 16;
+
 /// A repeat form is one number, `REPEAT_FROM - first` (so at most `REPEAT_FROM + 1`),
 /// standing for a full form whose last three values equal the previous one's.
 pub const REPEAT_FROM: i64 = -3;
@@ -87,7 +91,7 @@ pub fn prelude() -> String {
          local BIT_VETOES, BIT_LEASE, BIT_CALENDAR, BITS_ALL = {}, {}, {}, {}\n\
          local MODE_DIVISOR, MODE_MODULUS = {}, {}\n\
          local {} = {}\n\
-         local FULL_FORM, REPEAT_FROM = {FULL_FORM}, {REPEAT_FROM}\n\
+         local FULL_FORM, REPEAT_FROM, GRID = {FULL_FORM}, {REPEAT_FROM}, {GRID_MS}\n\
          local CODE_MALFORMED, CODE_CLOCK, CODE_ABORTED = '{}', '{}', '{}'\n",
         flag::START,
         flag::DRY,
@@ -108,13 +112,36 @@ pub fn prelude() -> String {
 
 /// What an algorithm's module gets before its source: its constants, from its model.
 pub fn module_header(algorithm: Algorithm) -> String {
+    let mut header = String::new();
     let constants = algorithm.lua_constants();
-    if constants.is_empty() {
-        return String::new();
+    if !constants.is_empty() {
+        let names: Vec<&str> = constants.iter().map(|(n, _)| *n).collect();
+        let values: Vec<String> = constants.iter().map(|(_, v)| v.to_string()).collect();
+        header.push_str(&format!(
+            "local {} = {}\n",
+            names.join(", "),
+            values.join(", ")
+        ));
     }
-    let names: Vec<&str> = constants.iter().map(|(n, _)| *n).collect();
-    let values: Vec<String> = constants.iter().map(|(_, v)| v.to_string()).collect();
-    format!("local {} = {}\n", names.join(", "), values.join(", "))
+    if let Some(format) = algorithm.packed() {
+        header.push_str(&format!(
+            "local PACKED, PACKED_LEN = '{format}', {}\n",
+            packed_len(format)
+        ));
+    }
+    header
+}
+
+/// The bytes `struct.pack` makes of `format` (`d` 8, `I` 4).
+pub fn packed_len(format: &str) -> usize {
+    format
+        .chars()
+        .map(|c| match c {
+            'd' => 8,
+            'I' => 4,
+            _ => 0,
+        })
+        .sum()
 }
 
 /// What follows an algorithm's module: the flags its model states, read by the

@@ -35,6 +35,7 @@ pub use wire::{WireOp, learn_redis_clock, redis_clock_estimate};
 
 const COMMON: &str = include_str!("../../../../lua/common.lua");
 const SPEC: &str = include_str!("../../../../lua/spec.lua");
+const TIMED: &str = include_str!("../../../../lua/timed.lua");
 
 /// The contract's definitions ([`contract::prelude`]), `lua/common.lua`, the generated
 /// dispatch, `lua/spec.lua` (the operation parser), then `entry`.
@@ -50,6 +51,7 @@ const SPEC: &str = include_str!("../../../../lua/spec.lua");
 fn assemble(entry: &str) -> String {
     let mut body = contract::prelude();
     body.push_str(COMMON);
+    body.push_str(TIMED);
     body.push_str(
         "\n-- Generated from the Rust list (src/algorithm/mod.rs): the module of algorithm\n\
          -- `id`, built on its first use in a call; nil for an unknown id.\n\
