@@ -60,6 +60,7 @@ mod rlqs;
 mod rlqs_lua;
 mod script_calls;
 mod script_work;
+mod scripts;
 mod secrets;
 mod sentinel;
 mod shaping;
