@@ -49,7 +49,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// moves (a new commit or another branch checked out).
 fn stamp_commit() {
     println!("cargo:rerun-if-env-changed=TOLLGATE_COMMIT");
-    let hex = |s: &String| !s.is_empty() && s.len() <= 40 && s.chars().all(|c| c.is_ascii_hexdigit());
+    let hex =
+        |s: &String| !s.is_empty() && s.len() <= 40 && s.chars().all(|c| c.is_ascii_hexdigit());
     let here = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
     let git = |args: &[&str]| {
         std::process::Command::new("git")

@@ -337,7 +337,10 @@ fn the_image_builds_with_profiles_cargo_defines() {
     let composed = args["PROFILE"].as_str().expect("compose's PROFILE");
     let cargo = fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
     for profile in [default, composed] {
-        assert_ne!(profile, "dev", "target/dev does not exist: dev builds to target/debug");
+        assert_ne!(
+            profile, "dev",
+            "target/dev does not exist: dev builds to target/debug"
+        );
         assert!(
             profile == "release" || cargo.contains(&format!("[profile.{profile}]")),
             "Cargo.toml has no profile {profile}"

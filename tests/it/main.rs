@@ -33,6 +33,7 @@ mod cross_slot_latency;
 mod deploy_files;
 mod deploy_metrics;
 mod differential;
+mod doc_samples;
 mod fail_fast;
 mod function_library;
 mod grpc;
