@@ -122,6 +122,8 @@ fn fits(node: &mut Yaml, shape: &Shape, field: &str, found: &mut Vec<(u64, Strin
         (Shape::Map(_), _) => "a mapping",
     };
     let got = node.describe();
+    // The file itself has no field name.
+    let field = if field.is_empty() { "the file" } else { field };
     found.push((
         node.line,
         format!("{field}: expected {expected} (got {got})"),
@@ -167,14 +169,10 @@ fn entry(
 /// Replaces a value of the wrong type by a neutral one of `shape`'s type; false when
 /// absence is neutral (the value is then removed).
 fn stand_in(node: &mut Yaml, shape: &Shape) -> bool {
-    let text = match shape {
-        Shape::U32 => "1",
-        Shape::Text => "?",
+    let (kind, text) = match shape {
+        Shape::U32 => (Kind::Int(1), "1"),
+        Shape::Text => (Kind::Str, "?"),
         _ => return false,
-    };
-    let kind = match shape {
-        Shape::U32 => Kind::Int(1),
-        _ => Kind::Str,
     };
     node.value = Value::Scalar(Scalar {
         kind,
