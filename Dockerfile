@@ -7,10 +7,10 @@
 #   docker run --rm -p 8081:8081 -p 8080:8080 tollgate:local      # in-memory counters
 #
 # The build compiles tollgate with its release profile (whole-program LTO, one
-# codegen unit): the build step alone took MEASURE_RELEASE cold on a 2-core machine
-# (docs/kubernetes-and-envoy.md, "Building and hosting the image"), more when the
-# image must first install the toolchain rust-toolchain.toml pins. For trying it,
-# `--build-arg PROFILE=quick` builds without optimisation (MEASURE_QUICK there), as
+# codegen unit): the build step alone took 23m31s cold on a 2-core machine busy with
+# other builds (docs/kubernetes-and-envoy.md, "Building and hosting the image"), and
+# the image first installs the toolchain rust-toolchain.toml pins. For trying it,
+# `--build-arg PROFILE=quick` builds without optimisation (5m29s there), as
 # docker-compose.yml does. TOLLGATE_COMMIT is what `tollgate --version` and
 # tollgate_build_info name (`unknown` without it: .git stays out of the context).
 #
