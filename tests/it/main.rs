@@ -28,6 +28,8 @@ mod concurrency;
 mod config_algorithms;
 mod config_dirs;
 mod config_errors;
+mod config_mistakes;
+mod config_watch;
 mod cross_slot;
 mod cross_slot_latency;
 mod deploy_files;
