@@ -40,12 +40,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// `git rev-parse --short HEAD`, or `unknown` where there is no git or no `.git` (a
-/// Docker build copies the sources without it): a missing commit must never fail a
-/// build. Rebuilt when HEAD moves (a new commit or another branch checked out).
+/// The commit the binary is built from, for `--version` and `tollgate_build_info`:
+/// `TOLLGATE_COMMIT` when the build is given one (a Docker build copies the sources
+/// without `.git`: `--build-arg TOLLGATE_COMMIT=$(git rev-parse --short HEAD)`), else
+/// `git rev-parse --short HEAD` when these sources are the top of a git work tree,
+/// else `unknown`. Never a parent repository's commit (sources unpacked inside
+/// another repository), and a missing commit never fails a build. Rebuilt when HEAD
+/// moves (a new commit or another branch checked out).
 fn stamp_commit() {
+    println!("cargo:rerun-if-env-changed=TOLLGATE_COMMIT");
+    let hex =
+        |s: &String| !s.is_empty() && s.len() <= 40 && s.chars().all(|c| c.is_ascii_hexdigit());
+    let here = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
     let git = |args: &[&str]| {
         std::process::Command::new("git")
+            .arg("-C")
+            .arg(&here)
             .args(args)
             .output()
             .ok()
@@ -53,10 +63,23 @@ fn stamp_commit() {
             .and_then(|out| String::from_utf8(out.stdout).ok())
             .map(|s| s.trim().to_owned())
     };
-    let commit = git(&["rev-parse", "--short", "HEAD"])
-        .filter(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_hexdigit()))
+    let same_dir = |a: &str, b: &str| {
+        let canonical = |p: &str| std::fs::canonicalize(p).ok();
+        canonical(a).is_some() && canonical(a) == canonical(b)
+    };
+    let ours = git(&["rev-parse", "--show-toplevel"]).is_some_and(|top| same_dir(&top, &here));
+    let given = std::env::var("TOLLGATE_COMMIT").ok().filter(hex);
+    let commit = given
+        .or_else(|| {
+            ours.then(|| git(&["rev-parse", "--short", "HEAD"]))
+                .flatten()
+                .filter(hex)
+        })
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=TOLLGATE_COMMIT={commit}");
+    if !ours {
+        return;
+    }
     // In a worktree `.git` is a file naming the real git directory, so ask git where
     // HEAD and the current branch's ref live. Only that branch: watching every ref
     // would rebuild the crate whenever any branch moves.

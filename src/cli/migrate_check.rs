@@ -74,13 +74,11 @@ pub fn differences(var: &dyn Fn(&str) -> Option<String>, path: &Path) -> Vec<Str
 /// that differ (statsd, the store, health following Redis).
 fn setting_differences(var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
     let mut out = Vec::new();
-    for refused in compat::refused_all(var) {
-        out.push(format!("setting {refused} (serve refuses to start)"));
-    }
-    if out.is_empty()
-        && let Err(error) = ServeSettings::resolve(&ServeFlags::default(), var)
-    {
-        out.push(format!("setting: serve refuses to start: {error}"));
+    // serve names every refused setting, one line each.
+    if let Err(error) = ServeSettings::resolve(&ServeFlags::default(), var) {
+        for refused in error.to_string().lines() {
+            out.push(format!("setting {refused} (serve refuses to start)"));
+        }
     }
     for (name, reason) in compat::ignored(var) {
         let value = var(name).unwrap_or_default();

@@ -75,8 +75,11 @@ async fn run_command(cli: Cli) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             // A failure while serving was logged where it happened.
             Err(e @ serve::ServeError::Serve(_)) => e.exit_code(),
+            // One line per refused setting, each saying who speaks.
             Err(e) => {
-                console::eprintln(&format!("tollgate: {e}"));
+                for line in e.to_string().lines() {
+                    console::eprintln(&format!("tollgate: {line}"));
+                }
                 e.exit_code()
             }
         },

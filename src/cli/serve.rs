@@ -55,8 +55,19 @@ impl ServeError {
 /// Serves until SIGTERM or SIGINT.
 pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
     let env = |name: &str| std::env::var(name).ok();
-    let logs = LogSettings::from_env(&env)?;
-    let settings = ServeSettings::resolve(&flags, &env).map_err(ServeError::Settings)?;
+    // Both read before either refuses, so every refused setting is named at once.
+    let (logs, settings) = match (
+        LogSettings::from_env(&env),
+        ServeSettings::resolve(&flags, &env),
+    ) {
+        (Ok(logs), Ok(settings)) => (logs, settings),
+        (Err(logs), Ok(_)) => return Err(logs.into()),
+        (logs, Err(settings)) => {
+            let lines = logs.err().map(|e| e.to_string()).into_iter();
+            let all: Vec<String> = lines.chain([settings.to_string()]).collect();
+            return Err(ServeError::Settings(Error::Settings(all.join("\n"))));
+        }
+    };
     let telemetry = start_telemetry(&logs, &settings)?;
     let metrics = Arc::new(Metrics::with_bounds(
         settings.observability.near_limit_ratio,

@@ -1,17 +1,21 @@
-//! Every unknown key and mistyped value of one file, found before the typed parse.
+//! The first pass's check: every unknown key and mistyped value of one file.
 //!
-//! serde stops at the first error of a file, so a file with three mistakes would take
-//! three rounds of `tollgate validate` to fix. This pass reads the file as a generic
-//! YAML tree with the line of every key and value, and walks it against the known keys
-//! of each mapping ([`ROOT`], [`DESCRIPTOR`], [`RATE_LIMIT`] and theirs, the twins of
-//! `schema.rs`). Its checks are deliberately loose where the typed parse might accept
-//! (any scalar for a text field), so it never refuses what the typed parse would load;
-//! whatever it misses, the typed parse still reports (one error, as before).
+//! It walks the file's tree (`super::yaml`) against the known keys of each mapping
+//! ([`ROOT`], [`DESCRIPTOR`], [`RATE_LIMIT`] and theirs, the twins of `schema.rs`; a
+//! test keeps the two in step), reports every mistake with its line, and takes each
+//! out of the tree, so the typed parse and the compiler go on to check the rest of the
+//! file:
+//!
+//! - an unknown key (or one that is not text) is removed with its value;
+//! - a value of the wrong type stands in as a neutral one of the right type (a whole
+//!   number as 1, text as `?`), so the checks that follow neither stop nor complain
+//!   about it again (the loader drops what they say on a line already reported); a
+//!   boolean, mapping or list of the wrong type is removed (absent is neutral there).
+//!
+//! Numbers and booleans are accepted as the typed parse reads them ([`Yaml::read`]),
+//! so this pass never refuses what the typed parse would load.
 
-use std::fmt;
-
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_saphyr::Spanned;
+use super::yaml::{Kind, Scalar, Value, Yaml};
 
 /// What a value must look like.
 enum Shape {
@@ -77,173 +81,116 @@ static ROOT: Shape = Shape::Map(&[
     ("failure_mode", &TEXT),
 ]);
 
-/// A YAML value of any shape, with the line of every part.
-enum Node {
-    Map(Vec<(Spanned<Node>, Spanned<Node>)>),
-    Seq(Vec<Spanned<Node>>),
-    Bool(bool),
-    Int(i128),
-    Float(f64),
-    Text(String),
-    Null,
-}
-
-/// Every unknown key and mistyped value of `source`, as (line, message). `None` when
-/// the file is not YAML at all (the typed parse then says why).
-pub fn check(source: &str) -> Option<Vec<(u64, String)>> {
-    let root: Spanned<Node> = serde_saphyr::from_str(source).ok()?;
+/// Every unknown key and mistyped value of the tree, as (line, message); each is taken
+/// out of the tree (see the module's doc).
+pub fn check(root: &mut Yaml) -> Vec<(u64, String)> {
     let mut found = Vec::new();
-    walk(&root, &ROOT, "", &mut found);
-    Some(found)
+    if !fits(root, &ROOT, "", &mut found) {
+        root.value = Value::Map(Vec::new());
+    }
+    found
 }
 
-fn walk(node: &Spanned<Node>, shape: &Shape, field: &str, found: &mut Vec<(u64, String)>) {
-    let line = node.referenced.line();
-    let mut wrong = |expected: &str| {
-        let got = match &node.value {
-            Node::Map(_) => "a mapping".to_owned(),
-            Node::Seq(_) => "a list".to_owned(),
-            Node::Text(t) => format!("'{t}'"),
-            Node::Bool(b) => format!("'{b}'"),
-            Node::Int(i) => format!("'{i}'"),
-            Node::Float(_) => "a decimal number".to_owned(),
-            Node::Null => "nothing".to_owned(),
-        };
-        found.push((line, format!("{field}: expected {expected} (got {got})")));
+/// Checks `node` against `shape`; false when `node` is of the wrong type and must be
+/// replaced or removed by its parent ([`stand_in`]).
+fn fits(node: &mut Yaml, shape: &Shape, field: &str, found: &mut Vec<(u64, String)>) -> bool {
+    // An empty value is an absent one, as the typed parse's `Option`s read it.
+    if matches!(node.value, Value::Null) {
+        return true;
+    }
+    let expected = match (shape, &mut node.value) {
+        (Shape::Bool, _) => match node.read::<bool>() {
+            Some(_) => return true,
+            None => "true or false",
+        },
+        (Shape::U32, _) => match node.read::<u32>() {
+            Some(_) => return true,
+            None => "a whole number from 0 to 4294967295",
+        },
+        (Shape::Text, Value::Scalar(_)) => return true,
+        (Shape::Text, _) => "text",
+        (Shape::AnyMap, Value::Map(_)) => return true,
+        (Shape::AnyMap, _) => "a mapping",
+        (Shape::List(item), Value::Seq(items)) => {
+            items.retain_mut(|one| fits(one, item, field, found) || stand_in(one, item));
+            return true;
+        }
+        (Shape::List(_), _) => "a list",
+        (Shape::Map(keys), Value::Map(entries)) => {
+            entries.retain_mut(|(key, value)| entry(keys, key, value, found));
+            return true;
+        }
+        (Shape::Map(_), _) => "a mapping",
     };
-    match (shape, &node.value) {
-        // An empty value is an absent one, as the typed parse's `Option`s read it.
-        (_, Node::Null) => {}
-        (Shape::Text, Node::Map(_) | Node::Seq(_)) => wrong("text"),
-        (Shape::Text, _) => {}
-        (Shape::Bool, Node::Bool(_)) => {}
-        // A quoted `"true"` is a string to YAML, yet the typed parse accepts it.
-        (Shape::Bool, Node::Text(t)) if is_bool_text(t) => {}
-        (Shape::Bool, _) => wrong("true or false"),
-        (Shape::U32, Node::Int(i)) if u32::try_from(*i).is_ok() => {}
-        (Shape::U32, Node::Text(t)) if t.trim().parse::<u32>().is_ok() => {}
-        (Shape::U32, _) => wrong("a whole number from 0 to 4294967295"),
-        (Shape::AnyMap, Node::Map(_)) => {}
-        (Shape::AnyMap, _) => wrong("a mapping"),
-        (Shape::List(item), Node::Seq(items)) => {
-            for one in items {
-                walk(one, item, field, found);
-            }
+    let got = node.describe();
+    // The file itself has no field name.
+    let field = if field.is_empty() { "the file" } else { field };
+    found.push((
+        node.line,
+        format!("{field}: expected {expected} (got {got})"),
+    ));
+    false
+}
+
+/// One entry of a mapping whose keys are `keys`; false when it is to be removed.
+fn entry(
+    keys: &[(&str, &Shape)],
+    key: &Yaml,
+    value: &mut Yaml,
+    found: &mut Vec<(u64, String)>,
+) -> bool {
+    let name = match &key.value {
+        Value::Scalar(s) if matches!(s.kind, Kind::Str) => &s.text,
+        // upstream's words (`validateYamlKeys`), naming the value: a key written
+        // `0.25:` is a number to YAML, not the text "0.25".
+        other => {
+            let what = match other {
+                Value::Scalar(s) => s.text.clone(),
+                Value::Null => "null".to_owned(),
+                _ => key.describe(),
+            };
+            found.push((key.line, format!("key is not of type string: {what}")));
+            return false;
         }
-        (Shape::List(_), _) => wrong("a list"),
-        (Shape::Map(keys), Node::Map(entries)) => {
-            for (key, value) in entries {
-                let Node::Text(name) = &key.value else {
-                    // upstream's words (`validateYamlKeys`), naming the value: a key
-                    // written `0.25:` is a number to YAML, not the text "0.25".
-                    let what = key_text(&key.value);
-                    let message = format!("key is not of type string: {what}");
-                    found.push((key.referenced.line(), message));
-                    continue;
-                };
-                match keys.iter().find(|(k, _)| *k == name) {
-                    Some((k, shape)) => walk(value, shape, k, found),
-                    None => {
-                        let known: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
-                        found.push((
-                            key.referenced.line(),
-                            format!(
-                                "unknown key '{name}' (expected one of {})",
-                                known.join(", ")
-                            ),
-                        ));
-                    }
-                }
-            }
+    };
+    match keys.iter().find(|(k, _)| k == name) {
+        Some((k, shape)) => fits(value, shape, k, found) || stand_in(value, shape),
+        None => {
+            let known: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
+            let message = format!(
+                "unknown key '{name}' (expected one of {})",
+                known.join(", ")
+            );
+            found.push((key.line, message));
+            false
         }
-        (Shape::Map(_), _) => wrong("a mapping"),
     }
 }
 
-fn is_bool_text(text: &str) -> bool {
-    let spellings = ["true", "false", "yes", "no", "on", "off"];
-    spellings
-        .iter()
-        .any(|s| text.trim().eq_ignore_ascii_case(s))
-}
-
-/// A key that is not text, as upstream's `%v` prints it: the value itself.
-fn key_text(node: &Node) -> String {
-    match node {
-        Node::Text(t) => t.clone(),
-        Node::Bool(b) => b.to_string(),
-        Node::Int(i) => i.to_string(),
-        Node::Float(f) => f.to_string(),
-        Node::Null => "null".to_owned(),
-        Node::Map(_) => "a mapping".to_owned(),
-        Node::Seq(_) => "a list".to_owned(),
-    }
-}
-
-impl<'de> Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(NodeVisitor)
-    }
-}
-
-struct NodeVisitor;
-
-impl<'de> Visitor<'de> for NodeVisitor {
-    type Value = Node;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any YAML value")
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Node, E> {
-        Ok(Node::Bool(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Node, E> {
-        Ok(Node::Int(v.into()))
-    }
-    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Node, E> {
-        Ok(Node::Int(v))
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Node, E> {
-        Ok(Node::Int(v.into()))
-    }
-    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Node, E> {
-        Ok(Node::Int(i128::try_from(v).unwrap_or(i128::MAX)))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node, E> {
-        Ok(Node::Float(v))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Node, E> {
-        Ok(Node::Text(v.to_owned()))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Node, E> {
-        Ok(Node::Null)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Node, E> {
-        Ok(Node::Null)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
-        Node::deserialize(d)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Node::Seq(items))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-        let mut entries = Vec::new();
-        while let Some(entry) = map.next_entry()? {
-            entries.push(entry);
-        }
-        Ok(Node::Map(entries))
-    }
+/// Replaces a value of the wrong type by a neutral one of `shape`'s type; false when
+/// absence is neutral (the value is then removed).
+fn stand_in(node: &mut Yaml, shape: &Shape) -> bool {
+    let (kind, text) = match shape {
+        Shape::U32 => (Kind::Int(1), "1"),
+        Shape::Text => (Kind::Str, "?"),
+        _ => return false,
+    };
+    node.value = Value::Scalar(Scalar {
+        kind,
+        text: text.to_owned(),
+        source: None,
+    });
+    true
 }
 
 #[cfg(test)]
 mod tests {
-    use super::check;
+    use super::*;
+    use crate::config::yaml;
+
+    fn check(source: &str) -> Option<Vec<(u64, String)>> {
+        Some(super::check(&mut yaml::parse(source).ok()?))
+    }
 
     #[test]
     fn three_mistakes_give_three_errors_with_their_lines() {
@@ -328,5 +275,113 @@ descriptors:
             "{found:#?}"
         );
         assert_eq!(found[0].0, 2);
+    }
+
+    #[test]
+    fn mistakes_are_taken_out_and_wrong_types_stand_in_as_neutral_values() {
+        let source = "domain: d
+descriptors:
+  - key: [a]
+    rate_limt: {unit: second}
+    shadow_mode: maybe
+    rate_limit:
+      unit: second
+      requests_per_unit: ten
+";
+        let mut tree = yaml::parse(source).unwrap();
+        assert_eq!(super::check(&mut tree).len(), 4);
+        let clean = yaml::parse(
+            "domain: d
+descriptors:
+  - key: '?'
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+",
+        )
+        .unwrap();
+        // Lines differ; the keys and values left must not.
+        assert_eq!(plain(&tree), plain(&clean));
+        assert_eq!(
+            plain(&tree),
+            "{domain: d, descriptors: [{key: ?, rate_limit: {unit: second, requests_per_unit: 1}}]}"
+        );
+    }
+
+    /// The tree's keys and values, without lines.
+    fn plain(y: &yaml::Yaml) -> String {
+        match &y.value {
+            Value::Map(entries) => {
+                let all: Vec<String> = entries
+                    .iter()
+                    .map(|(k, v)| format!("{}: {}", plain(k), plain(v)))
+                    .collect();
+                format!("{{{}}}", all.join(", "))
+            }
+            Value::Seq(items) => {
+                let all: Vec<String> = items.iter().map(plain).collect();
+                format!("[{}]", all.join(", "))
+            }
+            Value::Scalar(s) => s.text.clone(),
+            Value::Null => "~".to_owned(),
+        }
+    }
+
+    /// Every mapping's keys here are the fields of its type in schema.rs: a key known
+    /// only there would be refused here, and one known only here by the typed parse.
+    #[test]
+    fn the_known_keys_are_the_schema_fields() {
+        use crate::config::schema::*;
+        let pairs: [(&Shape, Vec<&str>); 7] = [
+            (&ROOT, fields::<DomainYaml>()),
+            (&DESCRIPTOR, fields::<DescriptorYaml>()),
+            (&RATE_LIMIT, fields::<RateLimitYaml>()),
+            (&TARPIT, fields::<TarpitYaml>()),
+            (&LEAKY_BUCKET, fields::<LeakyBucketYaml>()),
+            (&RAW_BODY, fields::<RawBodyYaml>()),
+            (
+                match &REPLACES {
+                    Shape::List(item) => item,
+                    _ => unreachable!("replaces is a list"),
+                },
+                fields::<ReplacesYaml>(),
+            ),
+        ];
+        for (shape, schema) in pairs {
+            let Shape::Map(keys) = shape else {
+                panic!("not a mapping")
+            };
+            let known: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
+            assert_eq!(known, schema);
+        }
+    }
+
+    /// The field names serde's derive hands `deserialize_struct` for `T`.
+    fn fields<T: serde::de::DeserializeOwned>() -> Vec<&'static str> {
+        use serde::de::{Deserializer, Error as _, Visitor, value::Error};
+        struct Grab<'a>(&'a mut &'static [&'static str]);
+        impl<'de> Deserializer<'de> for Grab<'_> {
+            type Error = Error;
+            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
+                Err(Error::custom("only structs"))
+            }
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Error> {
+                *self.0 = fields;
+                Err(Error::custom("grabbed"))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+                enum identifier ignored_any
+            }
+        }
+        let mut fields: &'static [&'static str] = &[];
+        let _ = T::deserialize(Grab(&mut fields));
+        fields.to_vec()
     }
 }

@@ -2,14 +2,14 @@
 //! `.yaml`/`.yml` file under a directory, bounded, symlink loops refused), one domain
 //! per file, validated together.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::compile::compile_domain;
 use super::diagnostics::{ConfigError, ConfigErrors};
 use super::schema::DomainYaml;
 use super::walk::{self, WalkError};
-use super::{Config, Domain};
+use super::{Config, Domain, keys, yaml};
 
 /// Loads and validates the whole set at `path`; every error found is returned.
 pub fn load_path(path: &Path) -> Result<Config, ConfigErrors> {
@@ -70,11 +70,7 @@ fn load(sources: &[(&Path, &str)], lines: bool) -> Result<Config, ConfigErrors> 
     let mut errors = Vec::new();
     let mut domains: HashMap<std::sync::Arc<str>, (Domain, PathBuf, u64)> = HashMap::new();
     for (file, text) in sources {
-        let Some(yaml) = parse(file, text, &mut errors) else {
-            continue;
-        };
-        let line = yaml.domain.as_ref().map_or(1, |d| d.referenced.line());
-        let Some(domain) = compile_domain(file, text, yaml, &mut errors) else {
+        let Some((domain, line, reported)) = compile_file(file, text, &mut errors) else {
             continue;
         };
         if let Some((_, first, first_line)) = domains.get(&domain.name) {
@@ -87,7 +83,9 @@ fn load(sources: &[(&Path, &str)], lines: bool) -> Result<Config, ConfigErrors> 
                 "domain: duplicate domain '{}' (first defined {first})",
                 domain.name
             );
-            errors.push(ConfigError::new(file, Some(line), message));
+            if !reported.contains(&line) {
+                errors.push(ConfigError::new(file, Some(line), message));
+            }
             continue;
         }
         domains.insert(domain.name.clone(), (domain, file.to_path_buf(), line));
@@ -101,43 +99,76 @@ fn load(sources: &[(&Path, &str)], lines: bool) -> Result<Config, ConfigErrors> 
     }
 }
 
-fn parse(file: &Path, text: &str, errors: &mut Vec<ConfigError>) -> Option<DomainYaml> {
+/// One file compiled; every error of it, in line order, into `errors`. Also the line
+/// naming its domain and the lines the first pass reported.
+fn compile_file(
+    file: &Path,
+    text: &str,
+    errors: &mut Vec<ConfigError>,
+) -> Option<(Domain, u64, HashSet<u64>)> {
+    let mut found = Vec::new();
+    let parsed = parse(file, text, &mut found);
+    let compiled = parsed.and_then(|(yaml, reported)| {
+        let line = yaml.domain.as_ref().map_or(1, |d| d.line);
+        let mut compiled = Vec::new();
+        let domain = compile_domain(file, text, yaml, &mut compiled);
+        // One error per line: what the first pass said about a line is the cause of
+        // anything the compiler says there (it checked a stand-in value).
+        found.extend(
+            compiled
+                .into_iter()
+                .filter(|e| e.line.is_none_or(|l| !reported.contains(&l))),
+        );
+        Some((domain?, line, reported))
+    });
+    found.sort_by_key(|e| e.line);
+    errors.append(&mut found);
+    compiled
+}
+
+/// The file's typed schema, after the first pass has reported (into `errors`) and
+/// taken out every unknown key and mistyped value; also the lines it reported.
+fn parse(
+    file: &Path,
+    text: &str,
+    errors: &mut Vec<ConfigError>,
+) -> Option<(DomainYaml, HashSet<u64>)> {
     // An empty file (or only comments) is an empty mapping, so it fails as a missing
     // domain, as it does in envoyproxy/ratelimit, instead of as a parser error.
     if text
         .lines()
         .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
     {
-        return Some(DomainYaml::default());
+        return Some((DomainYaml::default(), HashSet::new()));
     }
-    // Every unknown key and mistyped value of the file at once; serde alone would
-    // stop at the first.
-    if let Some(found) = super::keys::check(text)
-        && !found.is_empty()
-    {
-        for (line, message) in found {
-            errors.push(ConfigError::new(file, Some(line), message));
-        }
-        return None;
-    }
-    match serde_saphyr::from_str::<DomainYaml>(text) {
-        Ok(yaml) => Some(yaml),
+    let mut tree = match yaml::parse(text) {
+        Ok(tree) => tree,
         Err(e) => {
             let line = e.location().map(|l| l.line()).filter(|l| *l > 0);
-            errors.push(ConfigError::new(
-                file,
-                line,
-                describe_parse_error(&e, text, line),
-            ));
+            let message = describe_parse_error(&e, text, line);
+            errors.push(ConfigError::new(file, line, message));
+            return None;
+        }
+    };
+    let mut reported = HashSet::new();
+    for (line, message) in keys::check(&mut tree) {
+        reported.insert(line);
+        errors.push(ConfigError::new(file, Some(line), message));
+    }
+    match yaml::from_tree::<DomainYaml>(&tree) {
+        Ok(yaml) => Some((yaml, reported)),
+        // The first pass clears what the schema refuses; this is a key or a type it
+        // does not know of (keys.rs out of step with schema.rs).
+        Err(e) => {
+            errors.push(ConfigError::new(file, e.line, e.message));
             None
         }
     }
 }
 
 /// The parser's message without its source snippet or trailing position (we print the
-/// position ourselves, in `file:line:` form), with serde's wording for unknown keys
-/// turned into envoyproxy/ratelimit's, and type errors prefixed with the field the
-/// offending line sets (the parser alone says only `invalid u32`).
+/// position ourselves, in `file:line:` form), prefixed with the field the offending
+/// line sets when there is one.
 fn describe_parse_error(e: &serde_saphyr::Error, source: &str, line: Option<u64>) -> String {
     if let Some(message) = budget_message(e) {
         return message;
@@ -150,10 +181,6 @@ fn describe_parse_error(e: &serde_saphyr::Error, source: &str, line: Option<u64>
         .split(", set DuplicateKeyPolicy")
         .next()
         .unwrap_or(first);
-    if let Some(rest) = first.strip_prefix("unknown field `") {
-        let (field, expected) = rest.split_once('`').unwrap_or((rest, ""));
-        return format!("unknown key '{field}'{}", expected.replace('`', "'"));
-    }
     let field = line
         .and_then(|n| source.lines().nth(usize::try_from(n).ok()?.checked_sub(1)?))
         .and_then(|l| l.trim_start().trim_start_matches("- ").split_once(':'))

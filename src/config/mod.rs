@@ -1,5 +1,6 @@
-//! Configuration: the YAML schema ([`schema`]), validation into an immutable compiled
-//! form ([`compile`] builds [`tree`], [`rule`], [`limit`]; every error through
+//! Configuration: the YAML schema ([`schema`]), read in two passes (the file's tree,
+//! [`yaml`], checked by `keys` so every mistake of a file is reported at once, then
+//! the typed schema), validation into an immutable compiled form ([`compile`] builds [`tree`], [`rule`], [`limit`]; every error through
 //! [`diagnostics`]), loading a file or directory ([`load`], through the one bounded
 //! directory [`walk`]), and the [`matcher`] that finds a request descriptor's rule in
 //! the compiled tree.
@@ -18,6 +19,7 @@ pub mod schema;
 pub mod tree;
 pub mod walk;
 pub mod watch;
+pub mod yaml;
 
 use std::sync::Arc;
 

@@ -132,12 +132,7 @@ const REFUSED: &[(&str, &[&str], &str)] = &[
     ),
 ];
 
-/// The first setting that asks for what tollgate cannot do, as an error message.
-pub fn refused(var: &dyn Fn(&str) -> Option<String>) -> Option<String> {
-    refused_all(var).into_iter().next()
-}
-
-/// Every setting that asks for what tollgate cannot do (`migrate-check` lists them all).
+/// Every setting that asks for what tollgate cannot do, as error messages.
 pub fn refused_all(var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
     REFUSED
         .iter()
@@ -189,17 +184,24 @@ mod tests {
     #[test]
     fn harmless_values_pass_and_the_rest_is_refused() {
         let ok = vars(&[("CONFIG_TYPE", "GRPC_XDS_SOTW"), ("BACKEND_TYPE", "REDIS")]);
-        assert_eq!(refused(&ok), None);
+        assert_eq!(refused_all(&ok), Vec::<String>::new());
         let backend = vars(&[("BACKEND_TYPE", "memcache")]);
+        let refused = refused_all(&backend);
         assert!(
-            refused(&backend)
-                .unwrap()
-                .starts_with("BACKEND_TYPE=memcache: ")
+            refused[0].starts_with("BACKEND_TYPE=memcache: "),
+            "{refused:?}"
         );
-        let memcache = vars(&[("MEMCACHE_HOST_PORT", "m:11211")]);
-        assert!(refused(&memcache).unwrap().contains("memcached"));
-        let uds = vars(&[("GRPC_UDS", "/run/rl.sock")]);
-        assert!(refused(&uds).is_some());
+        let all = vars(&[
+            ("MEMCACHE_HOST_PORT", "m:11211"),
+            ("GRPC_UDS", "/run/rl.sock"),
+        ]);
+        let refused = refused_all(&all);
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert!(refused[0].contains("memcached"), "{refused:?}");
+        assert!(
+            refused[1].starts_with("GRPC_UDS=/run/rl.sock: "),
+            "{refused:?}"
+        );
     }
 
     #[test]

@@ -85,56 +85,140 @@ pub struct ServeSettings {
 }
 
 impl ServeSettings {
-    /// `env` looks a variable up (std::env::var in production, a map in tests).
+    /// `env` looks a variable up (std::env::var in production, a map in tests). Every
+    /// setting that cannot be used is named, one line each (a deployment with several
+    /// learns them in one start, not one per restart); a setting that depends on a
+    /// refused one is checked once that one is fixed.
     pub fn resolve(
         flags: &ServeFlags,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, Error> {
         let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
-        if let Some(refused) = compat::refused(&var) {
-            return Err(Error::Settings(refused));
-        }
-        let drain_seconds = flags.drain_seconds.unwrap_or(DEFAULT_DRAIN_SECONDS);
-        if !(0.0..=MAX_DRAIN_SECONDS).contains(&drain_seconds) {
-            return Err(Error::Settings(format!(
-                "--drain-seconds: {drain_seconds} is not between 0 and {MAX_DRAIN_SECONDS}"
-            )));
-        }
-        let require_domains = match flags.healthy_with_at_least_one_config_loaded {
-            Some(require) => require,
-            None => env_bool(&var, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+        let mut refused = Refused(compat::refused_all(&var));
+        let drain = refused.take(drain(flags));
+        let require_domains = refused.take(match flags.healthy_with_at_least_one_config_loaded {
+            Some(require) => Ok(require),
+            None => env_bool(&var, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
+        });
+        let protection = refused.take(protection::resolve(flags, &var));
+        let addresses = refused.take(addresses(flags, &var));
+        let shadow_mode = refused.take(flag_or_env(flags.shadow_mode, &var, "SHADOW_MODE"));
+        let quota_mode = refused.take(flag_or_env(flags.quota_mode, &var, "QUOTA_MODE"));
+        let response_dynamic_metadata = refused.take(flag_or_env(
+            flags.response_dynamic_metadata,
+            &var,
+            "RESPONSE_DYNAMIC_METADATA",
+        ));
+        let source = refused.take(source::resolve(flags, &var));
+        let backend = protection
+            .as_ref()
+            .and_then(|p| refused.take(redis::backend(flags, &var, p.memory_store_bytes)));
+        let grpc_tls = refused.take(tls::grpc_tls(flags, &var));
+        let observability = refused.take(observability::resolve(flags, &var));
+        let rlqs = shadow_mode.and_then(|shadow| refused.take(rlqs::resolve(&flags.rlqs, shadow)));
+        let (
+            Some(drain),
+            Some(require_domains),
+            Some(protection),
+            Some((grpc_addr, http_addr, debug_addr)),
+            Some(shadow_mode),
+            Some(quota_mode),
+            Some(response_dynamic_metadata),
+            Some(source),
+            Some(backend),
+            Some(grpc_tls),
+            Some(observability),
+            Some(rlqs),
+        ) = (
+            drain,
+            require_domains,
+            protection,
+            addresses,
+            shadow_mode,
+            quota_mode,
+            response_dynamic_metadata,
+            source,
+            backend,
+            grpc_tls,
+            observability,
+            rlqs,
+        )
+        else {
+            return Err(refused.error());
         };
-        let protection = protection::resolve(flags, &var)?;
-        let (grpc_addr, http_addr, debug_addr) = addresses(flags, &var)?;
-        let shadow_mode = flags.shadow_mode || env_bool(&var, "SHADOW_MODE", false)?;
+        if !refused.0.is_empty() {
+            return Err(refused.error());
+        }
         Ok(Self {
-            source: source::resolve(flags, &var)?,
-            backend: redis::backend(flags, &var, protection.memory_store_bytes)?,
+            source,
+            backend,
             grpc_addr,
             http_addr,
             debug_addr,
             shadow_mode,
-            quota_mode: flags.quota_mode || env_bool(&var, "QUOTA_MODE", false)?,
-            overdraft_domains: if flags.overdraft_domains.is_empty() {
-                var("OVERDRAFT_DOMAINS")
-                    .map(|list| list.split(',').map(|d| d.trim().to_owned()).collect())
-                    .unwrap_or_default()
-            } else {
-                flags.overdraft_domains.clone()
-            }
-            .into_iter()
-            .filter(|d: &String| !d.is_empty())
-            .collect(),
-            response_dynamic_metadata: flags.response_dynamic_metadata
-                || env_bool(&var, "RESPONSE_DYNAMIC_METADATA", false)?,
-            drain: Duration::from_secs_f64(drain_seconds),
+            quota_mode,
+            overdraft_domains: overdraft_domains(flags, &var),
+            response_dynamic_metadata,
+            drain,
             require_domains,
             ignored: compat::ignored(&var),
             protection,
-            grpc_tls: tls::grpc_tls(flags, &var)?,
-            observability: observability::resolve(flags, &var)?,
-            rlqs: rlqs::resolve(&flags.rlqs, shadow_mode)?,
+            grpc_tls,
+            observability,
+            rlqs,
         })
+    }
+}
+
+/// The settings refused so far, one message each.
+struct Refused(Vec<String>);
+
+impl Refused {
+    /// The value, or `None` with its refusal noted.
+    fn take<T>(&mut self, result: Result<T, Error>) -> Option<T> {
+        result.map_err(|e| self.0.push(e.to_string())).ok()
+    }
+
+    /// Every refusal, one line each.
+    fn error(self) -> Error {
+        Error::Settings(self.0.join("\n"))
+    }
+}
+
+fn drain(flags: &ServeFlags) -> Result<Duration, Error> {
+    let drain_seconds = flags.drain_seconds.unwrap_or(DEFAULT_DRAIN_SECONDS);
+    if !(0.0..=MAX_DRAIN_SECONDS).contains(&drain_seconds) {
+        return Err(Error::Settings(format!(
+            "--drain-seconds: {drain_seconds} is not between 0 and {MAX_DRAIN_SECONDS}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(drain_seconds))
+}
+
+/// `--overdraft-domains`, else `OVERDRAFT_DOMAINS` (comma-separated).
+fn overdraft_domains(flags: &ServeFlags, var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+    if flags.overdraft_domains.is_empty() {
+        var("OVERDRAFT_DOMAINS")
+            .map(|list| list.split(',').map(|d| d.trim().to_owned()).collect())
+            .unwrap_or_default()
+    } else {
+        flags.overdraft_domains.clone()
+    }
+    .into_iter()
+    .filter(|d: &String| !d.is_empty())
+    .collect()
+}
+
+/// A switch set by its flag, else by its variable.
+fn flag_or_env(
+    flag: bool,
+    var: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+) -> Result<bool, Error> {
+    if flag {
+        Ok(true)
+    } else {
+        env_bool(var, name, false)
     }
 }
 

@@ -264,6 +264,18 @@ fn settings_that_cannot_be_honoured_are_refused_and_ignored_ones_listed() {
     );
     let err = resolve(ServeFlags::default(), &[("GRPC_UDS", "/run/rl.sock")]).unwrap_err();
     assert!(err.to_string().starts_with("GRPC_UDS="), "{err}");
+    // Together: both named, one line each.
+    let both = [
+        ("GRPC_UDS", "/run/rl.sock"),
+        ("CONFIG_TYPE", "GRPC_XDS_DELTA"),
+    ];
+    let err = resolve(ServeFlags::default(), &both)
+        .unwrap_err()
+        .to_string();
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].starts_with("GRPC_UDS="), "{err}");
+    assert!(lines[1].starts_with("CONFIG_TYPE=GRPC_XDS_DELTA"), "{err}");
     let err = resolve(ServeFlags::default(), &[("GRPC_SERVER_USE_TLS", "true")]).unwrap_err();
     assert!(err.to_string().contains("TLS"), "{err}");
     let s = resolve(

@@ -153,7 +153,7 @@ fn install(settings: &LogSettings, provider: Option<SdkTracerProvider>) {
         settings.level.as_deref(),
     );
     // Never stderr itself: a stuck log reader would block every task that logs.
-    let fmt = tracing_subscriber::fmt::layer().with_writer(nonblocking::stderr().clone());
+    let fmt = tracing_subscriber::fmt::layer().with_writer(nonblocking::stderr());
     let logs = if settings.json {
         fmt.event_format(json::JsonLines::default())
             .with_filter(filter)

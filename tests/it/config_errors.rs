@@ -10,7 +10,7 @@ use std::path::Path;
 use tollgate::config::{load_path, load_sources};
 
 /// Every error of `yaml` loaded as `test.yaml`, as `file:line: message` strings.
-fn errors(yaml: &str) -> Vec<String> {
+pub(crate) fn errors(yaml: &str) -> Vec<String> {
     match load_sources(&[(Path::new("test.yaml"), yaml)]) {
         Ok(_) => panic!("expected errors, but this loaded:\n{yaml}"),
         Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
@@ -18,13 +18,13 @@ fn errors(yaml: &str) -> Vec<String> {
 }
 
 /// Asserts exactly one error, at `test.yaml:<line>:`, containing every needle.
-fn assert_one_error(yaml: &str, line: u64, needles: &[&str]) {
+pub(crate) fn assert_one_error(yaml: &str, line: u64, needles: &[&str]) {
     let all = errors(yaml);
     assert_eq!(all.len(), 1, "expected one error, got {all:#?}");
     assert_error(&all[0], "test.yaml", line, needles);
 }
 
-fn assert_error(error: &str, file: &str, line: u64, needles: &[&str]) {
+pub(crate) fn assert_error(error: &str, file: &str, line: u64, needles: &[&str]) {
     let prefix = format!("{file}:{line}: ");
     assert!(
         error.starts_with(&prefix),

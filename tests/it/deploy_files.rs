@@ -315,3 +315,35 @@ fn dockerfile_is_multi_stage_non_root_and_exposes_the_default_ports() {
         "the build context skips target/"
     );
 }
+
+/// The profiles the image is built with (the Dockerfile's default, compose's
+/// argument) are Cargo.toml's, and their directory under target/ is their name (not
+/// `dev`, whose directory is `debug`): a Docker build cannot be run here, so this is
+/// what keeps it buildable.
+#[test]
+fn the_image_builds_with_profiles_cargo_defines() {
+    let dockerfile = fs::read_to_string(root().join("Dockerfile")).expect("Dockerfile");
+    let default = dockerfile
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("ARG PROFILE="))
+        .expect("ARG PROFILE=<default>");
+    assert!(
+        dockerfile.contains("cargo build --profile \"${PROFILE}\"")
+            && dockerfile.contains("\"target/${PROFILE}/tollgate\""),
+        "the build and the copy use ${{PROFILE}}"
+    );
+    let compose = compose();
+    let args = &service(&compose, "tollgate-1")["build"]["args"];
+    let composed = args["PROFILE"].as_str().expect("compose's PROFILE");
+    let cargo = fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    for profile in [default, composed] {
+        assert_ne!(
+            profile, "dev",
+            "target/dev does not exist: dev builds to target/debug"
+        );
+        assert!(
+            profile == "release" || cargo.contains(&format!("[profile.{profile}]")),
+            "Cargo.toml has no profile {profile}"
+        );
+    }
+}

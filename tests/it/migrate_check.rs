@@ -80,6 +80,19 @@ fn refused_and_ignored_settings_and_documented_differences_are_each_named() {
 }
 
 #[test]
+fn every_refused_setting_is_named() {
+    let env = "GRPC_UDS=/run/rl.sock\nCONFIG_TYPE=GRPC_XDS_DELTA\nUSE_STATSD=false\n";
+    let (code, out) = migrate_check(env, LIMITED);
+    assert_eq!(code, Some(1), "{out}");
+    for expected in [
+        "setting GRPC_UDS=/run/rl.sock: gRPC on a Unix socket is not supported (serve refuses to start)",
+        "setting CONFIG_TYPE=GRPC_XDS_DELTA: expected FILE or GRPC_XDS_SOTW (serve refuses to start)",
+    ] {
+        assert!(out.contains(expected), "missing '{expected}':\n{out}");
+    }
+}
+
+#[test]
 fn fail_open_applies_only_with_redis_and_limited_domains() {
     let env = "USE_STATSD=false\nREDIS_URL=redis://127.0.0.1:6379\n\
                STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true\n\

@@ -135,3 +135,25 @@ fn a_setting_that_cannot_be_honoured_stops_the_start() {
         "{stderr}"
     );
 }
+
+/// Every refused setting is named in the one start, a line each.
+#[test]
+fn every_refused_setting_is_named_at_once() {
+    let out = run(tollgate()
+        .arg("serve")
+        .env("GRPC_UDS", "/run/rl.sock")
+        .env("CONFIG_TYPE", "GRPC_XDS_DELTA")
+        .env("SHADOW_MODE", "maybe"));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "tollgate: GRPC_UDS=/run/rl.sock: gRPC on a Unix socket is not supported",
+            "tollgate: SHADOW_MODE: 'maybe' is not a boolean",
+            "tollgate: CONFIG_TYPE=GRPC_XDS_DELTA: expected FILE or GRPC_XDS_SOTW",
+        ],
+        "{stderr}"
+    );
+}

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use serde_saphyr::Spanned;
+use crate::config::yaml::At;
 
 use crate::algorithm::{Algorithm, DEFAULT_LEASE};
 use crate::config::diagnostics::{Report, key_line, parse_duration};
@@ -25,10 +25,10 @@ pub fn parse(
     source: &str,
     what: &str,
     field: &str,
-    spanned: Spanned<RateLimitYaml>,
+    spanned: At<RateLimitYaml>,
     report: Report<'_>,
 ) -> Option<Parsed> {
-    let line = spanned.referenced.line();
+    let line = spanned.line;
     let mut rl = spanned.value;
     let mut at = Mapping {
         source,
@@ -41,7 +41,7 @@ pub fn parse(
     if rl.unlimited.unwrap_or(false) {
         if let Some(unit) = &rl.unit {
             at.error(
-                unit.referenced.line(),
+                unit.line,
                 "unit: should not specify rate limit unit when unlimited",
             );
         }
@@ -60,7 +60,7 @@ pub fn parse(
     } else {
         if let Some(lease) = &rl.lease {
             at.error(
-                lease.referenced.line(),
+                lease.line,
                 format!(
                     "lease: only {} take a lease",
                     Algorithm::names_where(Algorithm::takes_lease)
@@ -69,7 +69,7 @@ pub fn parse(
         }
         if let Some(key) = &rl.lease_key {
             at.error(
-                key.referenced.line(),
+                key.line,
                 format!(
                     "lease_key: only {} take a lease",
                     Algorithm::names_where(Algorithm::takes_lease)
@@ -97,10 +97,7 @@ pub fn parse(
     if let Some(zone) = &rl.time_zone {
         limit.time_zone = at.time_zone(zone, &limit);
     }
-    let rpu_line = rl
-        .requests_per_unit
-        .as_ref()
-        .map_or(unit_line, |r| r.referenced.line());
+    let rpu_line = rl.requests_per_unit.as_ref().map_or(unit_line, |r| r.line);
     at.rate(&limit, rpu_line);
     at.ok.then_some(Parsed {
         limit: Some(limit),
@@ -125,24 +122,21 @@ impl Mapping<'_, '_> {
     }
 
     /// Names from `replaces`, each with its line; an empty entry is an error.
-    fn replaces(&mut self, entries: Vec<Spanned<ReplacesYaml>>) -> Vec<(Arc<str>, u64)> {
+    fn replaces(&mut self, entries: Vec<At<ReplacesYaml>>) -> Vec<(Arc<str>, u64)> {
         let mut replaces = Vec::new();
         for r in entries {
             match r.value.name.filter(|n| !n.is_empty()) {
-                Some(replaced) => replaces.push((Arc::from(replaced), r.referenced.line())),
-                None => self.error(
-                    r.referenced.line(),
-                    "replaces: should not have an empty replaces entry",
-                ),
+                Some(replaced) => replaces.push((Arc::from(replaced), r.line)),
+                None => self.error(r.line, "replaces: should not have an empty replaces entry"),
             }
         }
         replaces
     }
 
     /// The unit and the line that states it (or opens the mapping, when none does).
-    fn unit(&mut self, unit: Option<&Spanned<String>>, line: u64) -> Option<(Unit, u64)> {
+    fn unit(&mut self, unit: Option<&At<String>>, line: u64) -> Option<(Unit, u64)> {
         let (text, line) = match unit {
-            Some(u) => (u.value.as_str(), u.referenced.line()),
+            Some(u) => (u.value.as_str(), u.line),
             // A block mapping's span starts at its first key; the mistake is the line
             // that opens it.
             None => (
@@ -179,7 +173,7 @@ impl Mapping<'_, '_> {
             let seconds = u32::try_from(DEFAULT_LEASE.as_secs()).unwrap_or(u32::MAX);
             return Some((Unit::Second, line, Some(seconds)));
         };
-        let at = lease.referenced.line();
+        let at = lease.line;
         if rl.unit.is_some() || rl.unit_multiplier.is_some() {
             self.error(
                 at,
@@ -204,12 +198,12 @@ impl Mapping<'_, '_> {
         }
     }
 
-    fn algorithm(&mut self, name: &Spanned<String>) -> Option<Algorithm> {
+    fn algorithm(&mut self, name: &At<String>) -> Option<Algorithm> {
         let algorithm = Algorithm::parse(&name.value);
         if algorithm.is_none() {
             let expected: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
             self.error(
-                name.referenced.line(),
+                name.line,
                 format!(
                     "algorithm: unknown algorithm '{}' (expected one of {})",
                     name.value,
@@ -226,14 +220,14 @@ impl Mapping<'_, '_> {
         let algorithm = limit.algorithm;
         if let Some(m) = &rl.unit_multiplier {
             if m.value == 0 {
-                self.error(m.referenced.line(), "unit_multiplier: must be at least 1");
+                self.error(m.line, "unit_multiplier: must be at least 1");
             }
             limit.unit_multiplier = m.value.max(1);
         }
         if let Some(b) = &rl.burst {
             if !algorithm.uses_burst() {
                 self.error(
-                    b.referenced.line(),
+                    b.line,
                     format!(
                         "burst: only {} have a burst, not {}",
                         Algorithm::names_where(Algorithm::uses_burst),
@@ -241,7 +235,7 @@ impl Mapping<'_, '_> {
                     ),
                 );
             } else if b.value == 0 {
-                self.error(b.referenced.line(), "burst: must be at least 1");
+                self.error(b.line, "burst: must be at least 1");
             }
             limit.burst = Some(b.value);
         }
@@ -249,7 +243,7 @@ impl Mapping<'_, '_> {
             return;
         };
         if !algorithm.takes_max_delay() {
-            let line = key_line(self.source, lb.referenced.line(), "leaky_bucket");
+            let line = key_line(self.source, lb.line, "leaky_bucket");
             self.error(
                 line,
                 format!(
@@ -262,7 +256,7 @@ impl Mapping<'_, '_> {
             match parse_duration(&d.value) {
                 Some(delay) => limit.max_delay = Some(delay),
                 None => self.error(
-                    d.referenced.line(),
+                    d.line,
                     format!(
                         "leaky_bucket.max_delay: '{}' is not a duration (like 250ms, 2s, 1m)",
                         d.value
@@ -275,8 +269,8 @@ impl Mapping<'_, '_> {
     /// `time_zone`: a zone the database knows, on a unit that is a calendar period,
     /// counted by an algorithm that has periods (a bucket refills at a rate: a
     /// calendar would only change its rate by the month, which nobody means).
-    fn time_zone(&mut self, zone: &Spanned<String>, limit: &Limit) -> Option<chrono_tz::Tz> {
-        let line = zone.referenced.line();
+    fn time_zone(&mut self, zone: &At<String>, limit: &Limit) -> Option<chrono_tz::Tz> {
+        let line = zone.line;
         let Ok(tz) = zone.value.parse::<chrono_tz::Tz>() else {
             self.error(
                 line,

@@ -5,14 +5,14 @@
 
 use std::sync::Arc;
 
+use crate::config::yaml::At;
 use prost_types::{ListValue, Struct, Value, value::Kind};
 use serde_json::{Map, Value as Json};
-use serde_saphyr::Spanned;
 
 use crate::config::rule::Metadata;
 
 /// `None` for an absent or empty mapping (upstream attaches nothing then either).
-pub fn convert(yaml: Option<Spanned<Map<String, Json>>>) -> Option<Metadata> {
+pub fn convert(yaml: Option<At<Map<String, Json>>>) -> Option<Metadata> {
     let map = yaml?.value;
     (!map.is_empty()).then(|| Metadata(Arc::new(to_struct(map))))
 }

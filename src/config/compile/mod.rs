@@ -10,7 +10,7 @@ use std::collections::hash_map::Entry;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_saphyr::Spanned;
+use crate::config::yaml::At;
 
 use self::rate_limits::RuleFlags;
 use super::diagnostics::ConfigError;
@@ -33,7 +33,7 @@ pub fn compile_domain(
         Some(d) => {
             errors.push(ConfigError::new(
                 file,
-                Some(d.referenced.line()),
+                Some(d.line),
                 "domain: must not be empty",
             ));
             return None;
@@ -71,7 +71,7 @@ pub fn compile_domain(
         Some(m) => FailureMode::parse(&m.value).unwrap_or_else(|| {
             let expected: Vec<&str> = FailureMode::ALL.iter().map(|(_, n)| *n).collect();
             report(
-                m.referenced.line(),
+                m.line,
                 format!(
                     "failure_mode: unknown mode '{}' (expected one of {})",
                     m.value,
@@ -117,7 +117,7 @@ impl Compiler<'_> {
             .push(ConfigError::new(self.file, Some(line), message));
     }
 
-    fn level(&mut self, scope: &Scope, descriptors: Vec<Spanned<DescriptorYaml>>) -> Level {
+    fn level(&mut self, scope: &Scope, descriptors: Vec<At<DescriptorYaml>>) -> Level {
         let mut level = Level::default();
         for spanned in descriptors {
             self.descriptor(scope, &mut level, spanned);
@@ -127,11 +127,11 @@ impl Compiler<'_> {
 
     /// One descriptor into `level`: its node (the rule and the level below), under
     /// envoyproxy/ratelimit's identity, `key_value` or `key` for key-only.
-    fn descriptor(&mut self, scope: &Scope, level: &mut Level, spanned: Spanned<DescriptorYaml>) {
-        let line = spanned.referenced.line();
+    fn descriptor(&mut self, scope: &Scope, level: &mut Level, spanned: At<DescriptorYaml>) {
+        let line = spanned.line;
         let mut d = spanned.value;
         let key = d.key.as_ref().map(|k| k.value.clone()).unwrap_or_default();
-        let key_line = d.key.as_ref().map_or(line, |k| k.referenced.line());
+        let key_line = d.key.as_ref().map_or(line, |k| k.line);
         if key.is_empty() {
             self.error(key_line, "descriptor: 'key' must not be empty".to_owned());
             return;
@@ -200,7 +200,7 @@ impl Compiler<'_> {
         };
         if !value.contains('*') {
             self.error(
-                share.referenced.line(),
+                share.line,
                 format!(
                     "{what}: share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'"
                 ),
@@ -243,12 +243,12 @@ impl Compiler<'_> {
     /// descriptor's path, or the tag could never be formed.
     fn hash_tag(
         &mut self,
-        spanned: Option<&Spanned<Vec<String>>>,
+        spanned: Option<&At<Vec<String>>>,
         what: &str,
         path_keys: Option<&[String]>,
     ) -> Option<Arc<[Arc<str>]>> {
         let spanned = spanned?;
-        let line = spanned.referenced.line();
+        let line = spanned.line;
         if spanned.value.is_empty() {
             self.error(
                 line,

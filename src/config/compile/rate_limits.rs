@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use serde_saphyr::Spanned;
+use crate::config::yaml::At;
 
 use super::{Compiler, limit};
 use crate::config::Limit;
@@ -86,7 +86,7 @@ impl Compiler<'_> {
         &mut self,
         what: &str,
         flags: &RuleFlags,
-        mappings: &[(String, Spanned<RateLimitYaml>)],
+        mappings: &[(String, At<RateLimitYaml>)],
     ) -> bool {
         let mut ok = true;
         for (field, mapping) in mappings {
@@ -101,7 +101,7 @@ impl Compiler<'_> {
                 None => "this descriptor has a value".to_owned(),
             };
             self.error(
-                key.referenced.line(),
+                key.line,
                 format!(
                     "{what}: {field}.lease_key: '{}' must be this descriptor's own key, with no value ({node}): put the rule on a descriptor `key: {}` under the path it limits, and have Envoy send the request's id as its last entry",
                     key.value, key.value
@@ -147,19 +147,19 @@ impl Compiler<'_> {
         &mut self,
         what: &str,
         d: &mut DescriptorYaml,
-    ) -> Option<Vec<(String, Spanned<RateLimitYaml>)>> {
+    ) -> Option<Vec<(String, At<RateLimitYaml>)>> {
         match (d.rate_limit.take(), d.rate_limits.take()) {
             (None, None) => None,
             (Some(_), Some(list)) => {
                 self.error(
-                    key_line(self.source, list.referenced.line(), "rate_limits"),
+                    key_line(self.source, list.line, "rate_limits"),
                     format!("{what}: use either rate_limit or rate_limits, not both"),
                 );
                 None
             }
             (Some(one), None) => Some(vec![("rate_limit".to_owned(), one)]),
             (None, Some(list)) if list.value.is_empty() => {
-                let line = key_line(self.source, list.referenced.line(), "rate_limits");
+                let line = key_line(self.source, list.line, "rate_limits");
                 self.error(line, format!("{what}: rate_limits: must not be empty"));
                 None
             }
@@ -177,7 +177,7 @@ impl Compiler<'_> {
     fn limits(
         &mut self,
         what: &str,
-        mappings: Vec<(String, Spanned<RateLimitYaml>)>,
+        mappings: Vec<(String, At<RateLimitYaml>)>,
     ) -> (Vec<limit::Parsed>, bool) {
         let (file, source) = (self.file, self.source);
         let mut errors = Vec::new();

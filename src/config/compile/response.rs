@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde_saphyr::Spanned;
+use crate::config::yaml::At;
 
 use crate::config::diagnostics::{Report, key_line, parse_duration};
 use crate::config::rule::Tarpit;
@@ -14,7 +14,7 @@ use crate::config::tree::RawBody;
 /// a connection longer than this only costs memory on both sides.
 pub const MAX_TARPIT_DELAY: Duration = Duration::from_secs(30);
 
-pub fn raw_body(spanned: Option<Spanned<RawBodyYaml>>, report: Report<'_>) -> RawBody {
+pub fn raw_body(spanned: Option<At<RawBodyYaml>>, report: Report<'_>) -> RawBody {
     let mut body = RawBody::default();
     let Some(spanned) = spanned else {
         return body;
@@ -25,7 +25,7 @@ pub fn raw_body(spanned: Option<Spanned<RawBodyYaml>>, report: Report<'_>) -> Ra
     match spanned.value.content_type {
         Some(t) if t.trim().is_empty() || t.contains(['\r', '\n']) => {
             report(
-                spanned.referenced.line(),
+                spanned.line,
                 "raw_body.content_type: must be one header value".into(),
             );
         }
@@ -38,11 +38,11 @@ pub fn raw_body(spanned: Option<Spanned<RawBodyYaml>>, report: Report<'_>) -> Ra
 pub fn tarpit(
     source: &str,
     what: &str,
-    spanned: Option<Spanned<TarpitYaml>>,
+    spanned: Option<At<TarpitYaml>>,
     report: Report<'_>,
 ) -> Option<Tarpit> {
     let spanned = spanned?;
-    let line = key_line(source, spanned.referenced.line(), "tarpit");
+    let line = key_line(source, spanned.line, "tarpit");
     let t = spanned.value;
     let delay = match &t.delay {
         None => {
@@ -53,7 +53,7 @@ pub fn tarpit(
             Some(delay) if delay > Duration::ZERO && delay <= MAX_TARPIT_DELAY => delay,
             _ => {
                 report(
-                    d.referenced.line(),
+                    d.line,
                     format!(
                         "{what}: tarpit.delay: '{}' must be a duration above 0 and at most {}s",
                         d.value,
@@ -67,7 +67,7 @@ pub fn tarpit(
     let max_concurrent = match &t.max_concurrent {
         Some(m) if m.value == 0 => {
             report(
-                m.referenced.line(),
+                m.line,
                 format!("{what}: tarpit.max_concurrent: must be at least 1"),
             );
             return None;

@@ -4,12 +4,15 @@
 //! swap, so directories are watched, never single files:
 //!
 //! - a config directory recursively (edits, new and deleted files, `..data` swaps);
-//! - a config file through its parent directory (any change beside it counts, since
-//!   the file may be a symlink that a `..data` swap retargets);
-//! - each *anchor* (the config directory itself, and `RUNTIME_ROOT` when
-//!   `RUNTIME_WATCH_ROOT` asks for it) through its parent, so a swap of the anchor
-//!   (a symlink retargeted, a directory replaced) is seen; the recursive watch is then
-//!   set up again on what the path now names.
+//! - a config file through its parent directory: a change to the file, or to a
+//!   directory or symlink beside it (the file may be a symlink that a `..data` swap
+//!   retargets), counts; a regular file beside it does not (a log written next to the
+//!   config would otherwise reload it with every line);
+//! - each *anchor* (the config directory itself, a config path that does not exist
+//!   yet, and `RUNTIME_ROOT` when `RUNTIME_WATCH_ROOT` asks for it) through its
+//!   parent, so a swap of the anchor (a symlink retargeted, a directory replaced or
+//!   created) is seen; the watch on the set is then set up again on what the path now
+//!   names. Nothing else in that parent counts.
 //!
 //! Events are debounced ([`WatchOptions::debounce`] of quiet, at most
 //! [`MAX_SETTLE`] in all). Reading the files back produces access events, which are
@@ -82,11 +85,11 @@ impl Change {
     }
 }
 
-/// Which paths matter, shared with the watcher's event thread.
+/// Which paths matter, shared with the watcher's event thread. Whether the path is a
+/// directory, a file or absent is asked at each event: it may become any of them.
 #[derive(Debug, Clone)]
 struct Scope {
     path: PathBuf,
-    is_dir: bool,
     anchors: Vec<PathBuf>,
 }
 
@@ -119,13 +122,22 @@ impl Scope {
         (change != Change::default()).then_some(change)
     }
 
-    /// Inside a config directory, or beside a config file.
+    /// Inside a config directory; a config file, or a directory or symlink beside it.
+    /// A path that does not exist covers nothing: it is an anchor.
     fn covers(&self, path: &Path) -> bool {
-        if self.is_dir {
-            path.starts_with(&self.path)
-        } else {
-            path.parent() == self.path.parent()
+        match std::fs::metadata(&self.path) {
+            Ok(meta) if meta.is_dir() => path.starts_with(&self.path),
+            Ok(_) => {
+                path == self.path
+                    || (path.parent() == self.path.parent()
+                        && !std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()))
+            }
+            Err(_) => false,
         }
+    }
+
+    fn is_dir(&self) -> bool {
+        std::fs::metadata(&self.path).is_ok_and(|m| m.is_dir())
     }
 }
 
@@ -147,18 +159,14 @@ impl ConfigWatcher {
         // be swapped) so that they compare with what we ask about.
         let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
         let path = absolute(&options.path);
-        let is_dir = std::fs::metadata(&path).is_ok_and(|m| m.is_dir());
         let mut anchors: Vec<PathBuf> = options.anchors.iter().map(|a| absolute(a)).collect();
-        if is_dir {
+        // A file is watched through its parent already.
+        if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
             anchors.push(path.clone());
         }
         anchors.sort();
         anchors.dedup();
-        let scope = Scope {
-            path,
-            is_dir,
-            anchors,
-        };
+        let scope = Scope { path, anchors };
         let (tx, events) = mpsc::unbounded_channel();
         let classify = scope.clone();
         let handler = move |result: notify::Result<Event>| {
@@ -230,7 +238,7 @@ impl ConfigWatcher {
         let Some(watcher) = self.watcher.as_mut() else {
             return;
         };
-        let (target, mode) = if self.scope.is_dir {
+        let (target, mode) = if self.scope.is_dir() {
             (self.scope.path.clone(), RecursiveMode::Recursive)
         } else {
             let parent = self.scope.path.parent().unwrap_or(Path::new("/"));
@@ -304,69 +312,4 @@ impl ConfigWatcher {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use notify::event::{CreateKind, ModifyKind, RenameMode};
-
-    fn event(kind: EventKind, path: &str) -> Event {
-        Event::new(kind).add_path(PathBuf::from(path))
-    }
-
-    fn dir_scope() -> Scope {
-        Scope {
-            path: "/cfg".into(),
-            is_dir: true,
-            anchors: vec!["/cfg".into(), "/srv/current".into()],
-        }
-    }
-
-    #[test]
-    fn reads_are_ignored_and_writes_count() {
-        let scope = dir_scope();
-        let open = EventKind::Access(AccessKind::Open(AccessMode::Any));
-        assert_eq!(scope.classify(&event(open, "/cfg/a.yaml")), None);
-        let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
-        assert!(scope.classify(&event(closed, "/cfg/a.yaml")).unwrap().files);
-        let data = EventKind::Modify(ModifyKind::Name(RenameMode::To));
-        assert!(scope.classify(&event(data, "/cfg/..data")).unwrap().files);
-    }
-
-    #[test]
-    fn errors_add_up_over_a_burst() {
-        let mut change = Change::default();
-        let error = Change {
-            rescan: true,
-            errors: 1,
-            ..Change::default()
-        };
-        change.merge(error);
-        change.merge(error);
-        assert_eq!((change.rescan, change.errors), (true, 2));
-    }
-
-    #[test]
-    fn anchors_and_strangers() {
-        let scope = dir_scope();
-        let create = EventKind::Create(CreateKind::Any);
-        assert!(scope.classify(&event(create, "/cfg")).unwrap().moved);
-        assert!(
-            scope
-                .classify(&event(create, "/srv/current"))
-                .unwrap()
-                .moved
-        );
-        assert_eq!(scope.classify(&event(create, "/srv/other")), None);
-        assert_eq!(scope.classify(&event(create, "/cfgx/a.yaml")), None);
-        let file = Scope {
-            path: "/etc/rl/x.yaml".into(),
-            is_dir: false,
-            anchors: vec![],
-        };
-        assert!(
-            file.classify(&event(create, "/etc/rl/..data"))
-                .unwrap()
-                .files
-        );
-        assert_eq!(file.classify(&event(create, "/etc/other/x.yaml")), None);
-    }
-}
+mod tests;
