@@ -53,6 +53,7 @@ mod ratelimit_env;
 mod redis_concurrency;
 mod redis_failure;
 mod redis_harness;
+mod redis_restart;
 mod redis_tls;
 mod reload;
 mod resilience;
