@@ -14,6 +14,7 @@ mod common;
 mod admin;
 mod answers;
 mod bench_tool;
+mod budget_overdraw;
 mod calendar_periods;
 mod charges;
 mod cli;
