@@ -5,6 +5,7 @@
 //! tollgate ignores or refuses; the tests are in `tests.rs`.
 
 pub mod compat;
+pub mod connections;
 mod flags;
 pub mod observability;
 pub mod protection;
@@ -79,6 +80,8 @@ pub struct ServeSettings {
     pub observability: observability::Observability,
     /// The quota service's (RLQS) timing and bounds.
     pub rlqs: crate::rlqs::RlqsOptions,
+    /// The bounds on every port's connections.
+    pub connections: connections::ConnectionLimits,
 }
 
 impl ServeSettings {
@@ -131,6 +134,7 @@ impl ServeSettings {
             grpc_tls: tls::grpc_tls(flags, &var)?,
             observability: observability::resolve(flags, &var)?,
             rlqs: rlqs::resolve(&flags.rlqs, shadow_mode)?,
+            connections: connections::resolve(&flags.connections)?,
         })
     }
 }

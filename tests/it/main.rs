@@ -29,6 +29,7 @@ mod concurrency;
 mod config_algorithms;
 mod config_dirs;
 mod config_errors;
+mod connections;
 mod cross_slot;
 mod cross_slot_latency;
 mod deploy_files;
