@@ -41,10 +41,12 @@ const UPSTREAM_MS: u64 = 10;
 /// that kept passing would otherwise never end the round.
 const MOST_PER_FLOW: u64 = 4 * BUDGET / COST;
 
+/// `failure_mode: error`: a charge the store did not count must fail the test, not
+/// pass as counted (a fail-open answer would read as a charge Redis never saw).
 fn config() -> String {
     format!(
-        "domain: budgets\ndescriptors:\n  - key: tenant\n    overdraft: true\n    \
-         rate_limit: {{unit: year, requests_per_unit: {BUDGET}}}\n"
+        "domain: budgets\nfailure_mode: error\ndescriptors:\n  - key: tenant\n    \
+         overdraft: true\n    rate_limit: {{unit: year, requests_per_unit: {BUDGET}}}\n"
     )
 }
 
@@ -77,7 +79,16 @@ fn concurrent_charges_overdraw_by_less_than_the_requests_in_flight() {
     let redis = common::redis::standalone();
     let prefix = common::redis::unique_prefix("budget_overdraw");
     let replica = || -> (Server, tempfile::TempDir, u16, u16) {
-        let args = ["--redis-url", &redis.url(), "--key-prefix", &prefix];
+        // Generous: a loaded machine must not turn a call into a timeout, after which
+        // the script may still have run (a charge counted but reported failed).
+        let args = [
+            "--redis-url",
+            &redis.url(),
+            "--key-prefix",
+            &prefix,
+            "--redis-timeout-ms",
+            "10000",
+        ];
         serve_config("budgets.yaml", &config(), &args, &[])
     };
     let (first, _first_dir, first_grpc, _) = replica();
