@@ -125,6 +125,7 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
         drain: settings.drain,
         tls,
         rlqs: Some(Arc::new(rlqs)),
+        connections: settings.connections,
     };
     let served = server::run_with(listeners, limiter, options, shutdown_signal()).await;
     drop(tasks);

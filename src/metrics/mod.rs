@@ -8,10 +8,11 @@
 //!
 //! Beside the request path: the configured limits ([`limits`]),
 //! `tollgate_build_info`, the backend's health per node
-//! ([`backend`]), reload timestamps, and the process figures read at scrape time
-//! ([`process`]).
+//! ([`backend`]), the ports' connections ([`connections`]), reload timestamps, and the
+//! process figures read at scrape time ([`process`]).
 
 mod backend;
+mod connections;
 mod lifecycle;
 mod limits;
 mod memory;
@@ -30,6 +31,7 @@ use prometheus_client::encoding::prometheus_text;
 use prometheus_client::registry::Registry;
 
 pub use self::backend::{BreakerGauge, BreakerState};
+pub use self::connections::{ClosedBy, PortMetrics};
 pub use self::lifecycle::{BUILD_COMMIT, BUILD_VERSION};
 pub use self::memory::EvictionCounter;
 pub use self::rlqs::RlqsMetrics;
@@ -60,6 +62,7 @@ pub struct Metrics {
     memory: memory::MemoryMetrics,
     source: source::SourceMetrics,
     rlqs: rlqs::RlqsMetrics,
+    connections: connections::ConnectionMetrics,
 }
 
 impl Default for Metrics {
@@ -118,6 +121,7 @@ impl Metrics {
             lifecycle: lifecycle::Lifecycle::register(&mut registry),
             source: source::SourceMetrics::register(&mut registry),
             rlqs: rlqs::RlqsMetrics::register(&mut registry),
+            connections: connections::ConnectionMetrics::register(&mut registry),
             service: {
                 registry.register_collector(Box::new(process::ProcessCollector::new()));
                 service::ServiceMetrics::register(&mut registry)

@@ -4,13 +4,14 @@
 //!
 //! The store answers for itself through the seam ([`Store::ping`], node by node; the
 //! memory store has no nodes and always answers, Redis PINGs each node on a
-//! connection of its own). [`spawn_probe`] asks every [`PROBE_INTERVAL`] and
-//! publishes each node's answer as `tollgate_backend_up{node}`. The backend is
-//! reachable while at least one node answers and the store's own path is there
-//! ([`Store::ready`]: connected, its connection not being recovered, no breaker
-//! refusing calls): a PING on the probe's connection alone once said SERVING 0.24 s
-//! before the store could decide anything. A cluster with one master down still
-//! decides the other masters' slots, and per-node breakers fail the rest fast.
+//! connection of its own and on the connection its requests take). [`spawn_probe`]
+//! asks every [`PROBE_INTERVAL`] and publishes each node's answer as
+//! `tollgate_backend_up{node}`. The backend is reachable while at least one node
+//! answers and the store's own path is there ([`Store::ready`]: connected, its
+//! connections not being recovered, no breaker refusing calls): SERVING means a
+//! request would be decided by the store, not by its domain's failure mode. A cluster
+//! with one master down still decides the other masters' slots, and per-node
+//! breakers fail the rest fast.
 //!
 //! Truthful from the first moment: a checked backend is unreachable until the store
 //! has answered once, so a readiness probe cannot pass while Redis has never been

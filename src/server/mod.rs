@@ -15,8 +15,10 @@
 
 pub mod admin;
 pub mod config_view;
+pub mod conn;
 pub mod grpc;
 pub mod health;
+mod ports;
 pub mod reload;
 pub mod tls;
 
@@ -28,12 +30,11 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use self::admin::AdminState;
+use self::conn::ConnectionLimits;
 use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::proto::FILE_DESCRIPTOR_SET;
@@ -56,6 +57,8 @@ pub struct ServeOptions {
     /// The quota service (RLQS) beside `ShouldRateLimit`; `None`: one on the memory
     /// ledger with default bounds.
     pub rlqs: Option<Arc<Rlqs>>,
+    /// The bounds on every port's connections.
+    pub connections: ConnectionLimits,
 }
 
 /// Names under which grpc.health.v1 reports: the whole server (""), the name
@@ -193,25 +196,32 @@ where
             rlqs.shut_down();
         }
     });
-    let router = tonic::transport::Server::builder()
-        .add_service(health_service)
+    let routes = tonic::service::Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(RateLimitGrpc::new(limiter.clone()).into_server())
         .add_service(RlqsGrpc::new(rlqs.clone()).into_server());
-    let grpc = grpc(router, listeners.grpc, options.tls, stop.clone());
-    let admin = AdminState {
-        limiter,
-        health: options.health,
-        reload: options.reload,
-        rlqs,
-    };
-    let http = http(
-        admin,
-        listeners.http,
-        listeners.debug,
-        listeners.prometheus,
-        stop,
+    let bounds = (options.connections, &**limiter.metrics());
+    // Boxed, as the HTTP ports' below: each port's accept loop holds its hyper
+    // builder and would make `serve`'s whole future as big.
+    let grpc = Box::pin(ports::grpc(
+        routes,
+        listeners.grpc,
+        options.tls,
+        bounds,
+        stop.stopped(),
+    ));
+    let listeners = (listeners.http, listeners.debug, listeners.prometheus);
+    let http = ports::http(
+        AdminState {
+            limiter: limiter.clone(),
+            health: options.health,
+            reload: options.reload,
+            rlqs,
+        },
+        listeners,
+        bounds,
+        || stop.stopped(),
     );
     tracing::info!(
         grpc = %grpc_addr,
@@ -221,12 +231,10 @@ where
         grpc_tls,
         "tollgate serving"
     );
-    let (grpc_result, http_result) = tokio::join!(grpc, http);
+    tokio::join!(grpc, http);
     follower.abort();
     drainer.abort();
     rlqs_closer.abort();
-    grpc_result?;
-    http_result?;
     tracing::info!(event = "shutdown_finished", "every call answered; stopped");
     Ok(())
 }
@@ -252,7 +260,7 @@ async fn health_service(
 struct Stop(watch::Receiver<bool>);
 
 impl Stop {
-    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
         let mut rx = self.0.clone();
         async move {
             let _ = rx.wait_for(|stop| *stop).await;
@@ -283,82 +291,6 @@ where
         let _ = stop_tx.send(true);
     });
     (Stop(stop_rx), drainer)
-}
-
-/// The gRPC port until `stop`, with TLS or with TCP_NODELAY on every connection.
-async fn grpc(
-    router: tonic::transport::server::Router,
-    listener: TcpListener,
-    tls: Option<Arc<tls::ServerTls>>,
-    stop: Stop,
-) -> Result<(), Error> {
-    match tls {
-        // The TLS acceptor sets TCP_NODELAY itself.
-        Some(tls) => {
-            router
-                .serve_with_incoming_shutdown(tls.incoming(listener), stop.stopped())
-                .await?
-        }
-        None => {
-            // Rate-limit calls are tiny and latency-bound: send each answer at once.
-            let incoming = TcpListenerStream::new(listener).map(|stream| {
-                if let Ok(s) = &stream {
-                    let _ = s.set_nodelay(true);
-                }
-                stream
-            });
-            router
-                .serve_with_incoming_shutdown(incoming, stop.stopped())
-                .await?
-        }
-    }
-    Ok(())
-}
-
-/// The HTTP admin port, and the debug and metrics ports when bound, until `stop`.
-async fn http(
-    admin: AdminState,
-    http: TcpListener,
-    debug: Option<TcpListener>,
-    prometheus: Option<(TcpListener, String)>,
-    stop: Stop,
-) -> Result<(), Error> {
-    let serve = |listener: TcpListener, router: axum::Router, what: &'static str| {
-        let stopped = stop.stopped();
-        async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stopped)
-                .await
-                .map_err(|e| Error::io(what, e))
-        }
-    };
-    let prometheus = prometheus.map(|(listener, path)| {
-        serve(
-            listener,
-            admin::prometheus(admin.clone(), &path),
-            "Prometheus HTTP server",
-        )
-    });
-    let views = admin::config_views(admin.clone());
-    let (http_router, debug) = match debug {
-        Some(listener) => (
-            admin::router(admin),
-            Some(serve(listener, views, "debug HTTP server")),
-        ),
-        None => (admin::router(admin).merge(views), None),
-    };
-    let optional = |server: Option<_>| async move {
-        match server {
-            Some(server) => server.await,
-            None => Ok(()),
-        }
-    };
-    let (http, debug, prometheus) = tokio::join!(
-        serve(http, http_router, "HTTP server"),
-        optional(debug),
-        optional(prometheus)
-    );
-    http.and(debug).and(prometheus)
 }
 
 /// Mirrors [`Health`] into grpc.health.v1 (until aborted), logging each transition.

@@ -5,9 +5,10 @@
 //! valid, new connections use it (connections already open keep theirs); an invalid
 //! set is refused with a warning and the old one keeps serving.
 //!
-//! Handshakes run on their own tasks (bounded by [`HANDSHAKE_TIMEOUT`]), so a slow
-//! or hostile client never holds up the accept loop; failed handshakes (no client
-//! certificate, unknown CA, wrong SAN) are logged, at most one line per second.
+//! Handshakes run on each connection's own task ([`ServerTls::accept`], bounded by the
+//! handshake timeout in `server/conn/`), so a slow or hostile client never holds up
+//! the accept loop; failed handshakes (no client certificate, unknown CA, wrong SAN)
+//! are logged, at most one line per second.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,19 +22,15 @@ use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::Error;
 use crate::settings::tls::GrpcTls;
 
 /// How often the certificate files are compared with what is being served.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
-/// A client that has not finished its handshake by then is dropped.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The files' contents, to tell a change from a re-read.
 #[derive(PartialEq, Eq, Clone)]
@@ -141,47 +138,27 @@ impl ServerTls {
         })
     }
 
-    /// TLS connections accepted on `listener`, handshakes done off the accept loop.
-    /// The loop ends (closing the listener) once the stream is dropped.
-    pub fn incoming(
-        self: Arc<Self>,
-        listener: TcpListener,
-    ) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
-        let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    _ = tx.closed() => return,
-                    accepted = listener.accept() => accepted,
-                };
-                let (tcp, peer) = match accepted {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        // EMFILE and the like: back off instead of spinning.
-                        tracing::warn!(error = %e, "gRPC accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = tcp.set_nodelay(true);
-                let acceptor = TlsAcceptor::from(self.config.load_full());
-                let tx = tx.clone();
-                let tls = self.clone();
-                tokio::spawn(async move {
-                    let stream =
-                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                            Ok(Ok(stream)) => stream,
-                            Ok(Err(e)) => return tls.refused(peer, &e.to_string()),
-                            Err(_) => return tls.refused(peer, "handshake timed out"),
-                        };
-                    if let Err(why) = tls.check_san(&stream) {
-                        return tls.refused(peer, &why);
-                    }
-                    let _ = tx.send(Ok(stream)).await;
-                });
+    /// The TLS handshake on an accepted connection (`server/conn/`, which runs it on the
+    /// connection's own task and bounds it by the handshake timeout), with the SAN
+    /// check; `None` when the client is refused (logged).
+    pub async fn accept(
+        &self,
+        tcp: TcpStream,
+        peer: Option<SocketAddr>,
+    ) -> Option<TlsStream<TcpStream>> {
+        let acceptor = TlsAcceptor::from(self.config.load_full());
+        let stream = match acceptor.accept(tcp).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                self.refused(peer, &e.to_string());
+                return None;
             }
-        });
-        ReceiverStream::new(rx)
+        };
+        if let Err(why) = self.check_san(&stream) {
+            self.refused(peer, &why);
+            return None;
+        }
+        Some(stream)
     }
 
     /// With a required SAN, the client's certificate must be valid for it.
@@ -203,8 +180,11 @@ impl ServerTls {
             .map_err(|_| format!("client certificate is not valid for '{san}'"))
     }
 
-    fn refused(&self, peer: SocketAddr, why: &str) {
+    /// A client refused (or dropped: its handshake timed out), logged at most once a
+    /// second.
+    pub fn refused(&self, peer: Option<SocketAddr>, why: &str) {
         if let Some(suppressed) = self.failures.allow() {
+            let peer = peer.map_or_else(|| "unknown".to_owned(), |p| p.to_string());
             tracing::warn!(
                 event = "tls_handshake_refused",
                 %peer,

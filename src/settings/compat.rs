@@ -44,11 +44,11 @@ pub const IGNORED: &[(&str, &str)] = &[
     ),
     (
         "GRPC_MAX_CONNECTION_AGE",
-        "connections are kept until the client or a shutdown closes them",
+        "connections are not closed by age; an idle one closes after --idle-timeout-ms",
     ),
     (
         "GRPC_MAX_CONNECTION_AGE_GRACE",
-        "connections are kept until the client or a shutdown closes them",
+        "connections are not closed by age; an idle one closes after --idle-timeout-ms",
     ),
     (
         "REDIS_POOL_SIZE",

@@ -38,6 +38,8 @@ pub struct ServeFlags {
     pub redis: RedisFlags,
     #[command(flatten)]
     pub rlqs: Box<super::rlqs::RlqsFlags>,
+    #[command(flatten)]
+    pub connections: Box<super::connections::ConnectionFlags>,
     /// After SIGTERM, keep answering (health NOT_SERVING) this long before closing the listeners [default: 5]
     #[arg(long, value_name = "SECONDS")]
     pub drain_seconds: Option<f64>,

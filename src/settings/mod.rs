@@ -6,6 +6,7 @@
 //! are in `tests.rs`.
 
 pub mod compat;
+pub mod connections;
 mod env;
 mod flags;
 pub mod observability;
@@ -82,6 +83,8 @@ pub struct ServeSettings {
     pub observability: observability::Observability,
     /// The quota service's (RLQS) timing and bounds.
     pub rlqs: crate::rlqs::RlqsOptions,
+    /// The bounds on every port's connections.
+    pub connections: connections::ConnectionLimits,
 }
 
 impl ServeSettings {
@@ -116,6 +119,7 @@ impl ServeSettings {
         let grpc_tls = refused.take(tls::grpc_tls(flags, &var));
         let observability = refused.take(observability::resolve(flags, &var));
         let rlqs = shadow_mode.and_then(|shadow| refused.take(rlqs::resolve(&flags.rlqs, shadow)));
+        let connections = refused.take(connections::resolve(&flags.connections));
         let (
             Some(drain),
             Some(require_domains),
@@ -129,6 +133,7 @@ impl ServeSettings {
             Some(grpc_tls),
             Some(observability),
             Some(rlqs),
+            Some(connections),
         ) = (
             drain,
             require_domains,
@@ -142,6 +147,7 @@ impl ServeSettings {
             grpc_tls,
             observability,
             rlqs,
+            connections,
         )
         else {
             return Err(refused.error());
@@ -166,6 +172,7 @@ impl ServeSettings {
             grpc_tls,
             observability,
             rlqs,
+            connections,
         })
     }
 }

@@ -93,6 +93,7 @@ async fn start_with(debug_port: bool) -> Admin {
         drain: std::time::Duration::ZERO,
         tls: None,
         rlqs: None,
+        connections: Default::default(),
     };
     tokio::spawn(server::run_with(listeners, limiter, options, async move {
         let _ = rx.await;

@@ -101,6 +101,27 @@ impl CircuitBreaker {
         }
     }
 
+    /// The node answered readiness on the connection the calls take (a PING there,
+    /// and on a cluster its `cluster_state:ok`): an open breaker closes. The half-open
+    /// probe asks the same question with a request's call; waiting for it kept
+    /// requests failing fast after health said SERVING (one probe out, everyone
+    /// else refused) and a probe that met a dead connection opened the breaker for
+    /// another `open_for`. If Redis answers PING but not calls (slow, or refusing
+    /// scripts), `failures_to_open` calls fail and the breaker opens again, until the
+    /// next readiness probe. A half-open breaker is left to its probe; a closed one
+    /// keeps its count of failures (a PING is not a call that succeeded).
+    pub fn answered(&self) {
+        let mut state = self.lock();
+        let before = *state;
+        if !matches!(before, State::Open { .. }) {
+            return;
+        }
+        let next = State::Closed { failures: 0 };
+        self.transition(&mut state, next);
+        drop(state);
+        self.log_change(before, next);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -260,5 +281,37 @@ mod tests {
         // A closed breaker stays closed.
         breaker.probe_now();
         assert!(!breaker.is_open());
+    }
+
+    /// Readiness's answer on the calls' connection closes an open breaker at once
+    /// (no probe that every other call waits behind); a closed one keeps counting.
+    #[tokio::test]
+    async fn an_answer_on_the_calls_connection_closes_an_open_breaker() {
+        let options = BreakerOptions {
+            failures_to_open: 2,
+            open_for: Duration::from_secs(60),
+        };
+        let breaker = CircuitBreaker::new("n", options, None);
+        let down = || async { Err::<(), _>(StoreError::Unavailable("down".into())) };
+        assert!(breaker.call(down()).await.is_err());
+        breaker.answered();
+        assert!(breaker.call(down()).await.is_err());
+        assert!(
+            breaker.refusing(),
+            "two failures in a row, the answer between them"
+        );
+        breaker.answered();
+        assert!(!breaker.is_open() && !breaker.refusing());
+        let (a, b) = (breaker.call(pending_ok()), breaker.call(pending_ok()));
+        let (a, b) = tokio::join!(a, b);
+        assert!(
+            a.is_ok() && b.is_ok(),
+            "every call goes through, not one probe"
+        );
+    }
+
+    async fn pending_ok() -> Result<(), StoreError> {
+        tokio::task::yield_now().await;
+        Ok(())
     }
 }

@@ -78,14 +78,14 @@ impl<S: Store> Store for Breaker<S> {
         Box::pin(self.breaker.call(self.inner.dry_run(ops)))
     }
 
-    /// A node that answers its readiness PING is evidence enough to try again: an open
-    /// breaker then lets its next call probe at once rather than after `open_for`, so
-    /// the store is usable as soon as readiness says so.
+    /// A node that answers readiness on the connection the calls take (the Redis
+    /// store's `ping` asks there too) closes an open breaker
+    /// ([`CircuitBreaker::answered`]), so SERVING means calls go to the store.
     fn ping(&self) -> PingFuture<'_> {
         Box::pin(async {
             let pings = self.inner.ping().await;
             if pings.iter().any(|p| p.result.is_ok()) {
-                self.breaker.probe_now();
+                self.breaker.answered();
             }
             pings
         })

@@ -21,6 +21,7 @@ pub mod inspect;
 pub mod keys;
 mod misroute;
 mod nodes;
+mod paths;
 mod refund;
 pub mod scripts;
 mod slot_batch;
@@ -335,16 +336,27 @@ impl Store for RedisStore {
         Box::pin(self.within_timeout(ops, true))
     }
 
+    /// Each node on the probe's connection, and on the connection requests take
+    /// (see [`paths`]): a node answers only when both do.
     fn ping(&self) -> PingFuture<'_> {
-        Box::pin(self.probe.ping())
+        Box::pin(async {
+            let pings = self.probe.ping().await;
+            match self.backend.get() {
+                None => pings,
+                Some(Backend::Standalone(batcher)) => paths::standalone(batcher, pings).await,
+                Some(Backend::Cluster(cluster)) => cluster.check_paths(pings).await,
+            }
+        })
     }
 
-    /// Connected, and (standalone) the batcher's connection not known lost.
+    /// Connected, and the connections requests take usable: (standalone) the
+    /// batcher's not known lost; (cluster) every master that answers its probe
+    /// answered on the data connection at the last probe.
     fn ready(&self) -> bool {
         match self.backend.get() {
             None => false,
             Some(Backend::Standalone(batcher)) => !batcher.is_down(),
-            Some(Backend::Cluster(_)) => true,
+            Some(Backend::Cluster(cluster)) => cluster.paths_ready(),
         }
     }
 }

@@ -112,6 +112,15 @@ impl Nodes {
             .clone()
     }
 
+    /// `master` answered readiness's questions on the connection its calls take:
+    /// its breaker, if open, closes (see [`CircuitBreaker::answered`]).
+    pub fn answered(&self, master: &str) {
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(breaker) = known.breakers.get(master) {
+            breaker.answered();
+        }
+    }
+
     /// The master serving each of `slots` (`host:port`), as the map knows it.
     pub fn owners(&self, slots: impl IntoIterator<Item = u16>) -> Vec<Option<Arc<str>>> {
         let known = self.known.read().unwrap_or_else(|p| p.into_inner());

@@ -27,6 +27,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::batcher::Batcher;
+use super::connect::describe;
 use super::scripts::{Functions, Layout, Reply, WireOp};
 use crate::store::StoreError;
 
@@ -35,6 +36,9 @@ pub const MAX_MASTERS: usize = 256;
 
 /// Hash slots in a Redis Cluster.
 pub const SLOTS: usize = 16384;
+
+/// Bound on readiness's `CLUSTER INFO` to one master.
+const STATE_TIMEOUT: Duration = Duration::from_secs(1);
 
 pub struct SlotBatchers {
     connection: ClusterConnection,
@@ -113,6 +117,29 @@ impl MasterBatchers {
     ) -> Result<Vec<Reply>, StoreError> {
         let queue = self.queue(master)?;
         queue.decide(keys, ops, dry_run).await
+    }
+
+    /// For readiness: whether `master` would decide a group sent to it now, asked on
+    /// the connection its queue's calls take: it answers a PING (a dead connection is
+    /// replaced and asked again, [`Batcher::check`]) and says `cluster_state:ok`. A
+    /// node restarted with its cluster answers PING before the nodes agree again, and
+    /// refuses every key with CLUSTERDOWN until they do.
+    pub async fn check(&self, master: &Arc<str>) -> Result<(), StoreError> {
+        self.queue(master)?.check().await?;
+        let mut node = AtNode::new(self.connection.clone(), master)?;
+        let info = redis::cmd("CLUSTER").arg("INFO").clone();
+        let asked = tokio::time::timeout(STATE_TIMEOUT, info.query_async::<String>(&mut node));
+        match asked.await {
+            Ok(Ok(info)) if info.lines().any(|line| line.trim() == "cluster_state:ok") => Ok(()),
+            Ok(Ok(_)) => Err(StoreError::Unavailable(format!(
+                "{master}: cluster_state is not ok (keys are refused with CLUSTERDOWN)"
+            ))),
+            Ok(Err(e)) => Err(StoreError::Unavailable(format!(
+                "{master}: {}",
+                describe(&e)
+            ))),
+            Err(_) => Err(StoreError::Timeout(STATE_TIMEOUT)),
+        }
     }
 
     fn queue(&self, master: &Arc<str>) -> Result<Arc<Batcher>, StoreError> {

@@ -167,6 +167,8 @@ pub struct Stack {
     /// Envoy's listener.
     pub listener: SocketAddr,
     pub tollgate: Tollgate,
+    /// The prefix of tollgate's keys.
+    prefix: String,
     upstream_port: u16,
     _upstream: Guarded,
     dir: tempfile::TempDir,
@@ -177,13 +179,15 @@ pub fn stack(name: &str) -> Stack {
         .prefix(&format!("{name}-"))
         .tempdir_in(crate::stack::guard::run_dir())
         .expect("temp dir");
-    let tollgate = tollgate_on_limits(&crate::common::redis::unique_prefix(name));
+    let prefix = crate::common::redis::unique_prefix(name);
+    let tollgate = tollgate_on_limits(&prefix);
     let (upstream, upstream_port) = upstream(dir.path());
     let (envoy, listener) = another_envoy(&dir, &tollgate, upstream_port, "envoy");
     Stack {
         envoy: Some(envoy),
         listener,
         tollgate,
+        prefix,
         upstream_port,
         _upstream: upstream,
         dir,
@@ -196,6 +200,38 @@ impl Stack {
         self.envoy
             .as_ref()
             .map_or_else(String::new, |e| e.log_tail(lines))
+    }
+
+    /// What `tenant`'s token budget has counted this period, as Redis holds it
+    /// (`tollgate inspect` on the same limits and keys: it consumes nothing).
+    pub fn spent(&self, tenant: &str) -> u64 {
+        let nodes = crate::common::redis::cluster().nodes().join(",");
+        let out = crate::common::process::run(
+            crate::common::process::tollgate()
+                .arg("inspect")
+                .arg("--config")
+                .arg(root().join("deploy/budgets/limits"))
+                .args(["--redis-cluster", &nodes, "--key-prefix", &self.prefix])
+                .args(["--domain", "budgets", "--descriptor"])
+                .arg(format!("tenant={tenant}")),
+        );
+        let text = crate::common::process::text(&out.stdout);
+        let state = text
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("state"))
+            .map(str::trim);
+        match state {
+            Some(state) if state.starts_with("no key") => 0,
+            Some(state) => state
+                .strip_prefix("count ")
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no count in inspect's state: {text}")),
+            None => panic!(
+                "inspect said no state:\n{text}{}",
+                crate::common::process::text(&out.stderr)
+            ),
+        }
     }
 
     /// Kills Envoy with SIGKILL (the guard's drop), as `kill -9`.

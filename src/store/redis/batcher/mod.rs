@@ -23,7 +23,11 @@
 //! closed) marks the store down, and until a PING gets through again ([`recover`])
 //! every request fails at once with [`StoreError::Unavailable`] instead of waiting
 //! out the timeout behind redis-rs' reconnection, so each domain's `failure_mode`
-//! answers within microseconds.
+//! answers within microseconds. Readiness asks the same connection
+//! ([`Batcher::check`]), so a dead one is found before traffic meets it.
+//!
+//! A call that met a lost connection is sent again only when it wrote nothing: every
+//! job in it a dry run ([`resend_safe`] says why the others are not).
 //!
 //! The calls in flight are driven by the queue's own task (no task per call), so a
 //! request crosses two tasks: its own, this one (and redis-rs' connection task).
@@ -42,6 +46,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use self::depth::Depth;
+use self::recover::Pinger;
 use super::connect::describe;
 use super::misroute;
 use super::scripts::{self, Functions, Layout, Reply, Segment, WireOp};
@@ -84,6 +89,8 @@ pub struct Batcher {
     health: Arc<Health>,
     /// Each request's budget: its deadline is its arrival plus this.
     timeout: Duration,
+    /// A PING on the connection the calls take, for readiness and recovery.
+    ping: Pinger,
 }
 
 impl Batcher {
@@ -109,23 +116,32 @@ impl Batcher {
     {
         let (queue, jobs) = mpsc::unbounded_channel();
         let health = Arc::new(Health::default());
+        let ping = recover::pinger(&connection);
         let line = Line {
             connection,
             layout,
             timeout,
             functions,
+            ping: Arc::clone(&ping),
         };
         tokio::spawn(drain(jobs, line, Arc::clone(&health)));
         Self {
             queue,
             health,
             timeout,
+            ping,
         }
     }
 
     /// Whether the connection is known lost (requests fail at once until it is back).
     pub fn is_down(&self) -> bool {
         self.health.is_down()
+    }
+
+    /// For readiness: whether the connection the calls take answers a PING now (a
+    /// dead one is replaced and asked again; one still lost marks the store down).
+    pub async fn check(&self) -> Result<(), StoreError> {
+        recover::check(&self.health, &self.ping).await
     }
 
     /// Decides one request's operations (keys already encoded), all or nothing; the
@@ -179,6 +195,7 @@ struct Line<C> {
     /// Each request's budget.
     timeout: Duration,
     functions: Functions,
+    ping: Pinger,
 }
 
 async fn drain<C>(mut jobs: mpsc::UnboundedReceiver<Job>, line: Line<C>, health: Arc<Health>)
@@ -205,7 +222,7 @@ where
                 let Finished { batch, sent, replies } = finished;
                 match &replies {
                     Ok(_) => depth.observe(std::time::Instant::now(), sent.elapsed()),
-                    Err(e) if e.lost => recover::mark_down(&health, &line.connection, &e.error),
+                    Err(e) if e.lost => recover::mark_down(&health, &line.ping, &e.error),
                     Err(_) => {}
                 }
                 answer(batch, replies.map_err(|e| e.error));
@@ -276,7 +293,13 @@ async fn send<C: ConnectionLike>(mut line: Line<C>, batch: Vec<Job>) -> Finished
     let (sent, timeout) = (std::time::Instant::now(), line.timeout);
     let deadline = batch.iter().map(|job| job.deadline).min();
     let deadline = deadline.unwrap_or_else(|| Instant::now() + timeout);
-    let replies = tokio::time::timeout_at(deadline, call(&mut line, &batch))
+    let attempts = async {
+        match call(&mut line, &batch).await {
+            Err(e) if e.lost && resend_safe(&batch) => call(&mut line, &batch).await,
+            other => other,
+        }
+    };
+    let replies = tokio::time::timeout_at(deadline, attempts)
         .await
         .unwrap_or(Err(CallError {
             error: StoreError::Timeout(timeout),
@@ -287,6 +310,20 @@ async fn send<C: ConnectionLike>(mut line: Line<C>, batch: Vec<Job>) -> Finished
         sent,
         replies,
     }
+}
+
+/// Whether a call that met a lost connection may be sent again (once, on the
+/// connection redis-rs opens in its place). A lost connection does not say whether
+/// the call reached Redis: it may have run and only its reply been lost (the
+/// connection reset after the write), or never left (the connection was dead before
+/// it: Redis restarted while nothing was sent). Sent again after running, a
+/// consuming call would count its requests twice, and a release or a charge would
+/// be applied twice. So only calls that write nothing go again: every job a dry run,
+/// whose second run answers as the first would have. The rest fail, and their
+/// domains' failure modes answer; readiness's PING on this connection
+/// ([`Batcher::check`]) is what keeps a dead connection from meeting them.
+fn resend_safe(batch: &[Job]) -> bool {
+    batch.iter().all(|job| job.dry_run)
 }
 
 /// One script call (FCALL or EVALSHA) for every job of `batch`: all their replies, in

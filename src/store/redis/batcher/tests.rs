@@ -139,3 +139,99 @@ async fn a_backlog_of_a_full_call_sends_one_call_more() {
         "less than a full call sent without room"
     );
 }
+
+/// A connection that is gone: its first `lost` PINGs and every script call fail as a
+/// dead connection does (broken pipe); PINGs after those answer.
+#[derive(Clone)]
+struct Gone {
+    pings: Arc<AtomicUsize>,
+    calls: Arc<AtomicUsize>,
+    lost: usize,
+}
+
+impl Gone {
+    fn new(lost: usize) -> Self {
+        Self {
+            pings: Arc::default(),
+            calls: Arc::default(),
+            lost,
+        }
+    }
+}
+
+impl ConnectionLike for Gone {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        let ping = matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(b"PING")));
+        let answered = if ping {
+            self.pings.fetch_add(1, Ordering::SeqCst) >= self.lost
+        } else {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            false
+        };
+        Box::pin(async move {
+            if answered {
+                Ok(redis::Value::SimpleString("PONG".into()))
+            } else {
+                Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe).into())
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        _: &'a redis::Pipeline,
+        _: usize,
+        _: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        Box::pin(std::future::pending())
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// A lost connection cannot say whether the call ran: only a call of dry runs (which
+/// write nothing) is sent again; a consuming one fails after one attempt.
+#[tokio::test]
+async fn only_a_call_of_dry_runs_is_sent_again_after_a_lost_connection() {
+    for (dry_run, sends) in [(true, 2), (false, 1)] {
+        let connection = Gone::new(usize::MAX);
+        let calls = Arc::clone(&connection.calls);
+        let batcher = Batcher::start(connection, Duration::from_secs(30), Default::default());
+        let answer = batcher.decide(vec!["k".into()], vec![op()], dry_run).await;
+        assert!(answer.is_err(), "dry run {dry_run}: {answer:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), sends, "dry run {dry_run}");
+        assert!(batcher.is_down(), "a lost connection marks the store down");
+    }
+}
+
+/// Readiness asks the connection the calls take: one found dead (a Redis restarted
+/// while nothing was sent) is asked once more on its replacement, and answers; one
+/// that stays lost marks the store down, so requests fail fast until it is back.
+#[tokio::test]
+async fn readiness_asks_the_calls_connection_and_again_once_it_was_dead() {
+    let dead_once = Gone::new(1);
+    let pings = Arc::clone(&dead_once.pings);
+    let batcher = Batcher::start(dead_once, Duration::from_secs(30), Default::default());
+    assert!(batcher.check().await.is_ok());
+    assert_eq!(
+        pings.load(Ordering::SeqCst),
+        2,
+        "asked again after the loss"
+    );
+    assert!(!batcher.is_down());
+
+    let gone = Gone::new(usize::MAX);
+    let batcher = Batcher::start(gone, Duration::from_secs(30), Default::default());
+    assert!(batcher.check().await.is_err());
+    assert!(batcher.is_down(), "still lost: marked down");
+    let refused = batcher.decide(vec!["k".into()], vec![op()], false).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Unavailable(why)) if why == DOWN),
+        "{refused:?}"
+    );
+}

@@ -22,6 +22,7 @@ mod route;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -31,12 +32,13 @@ use tokio::time::Instant;
 
 use super::misroute;
 use super::nodes::Nodes;
+use super::paths;
 use super::scripts::{Functions, Reply, WireOp};
 use super::slot_batch::{MasterBatchers, SlotBatchers};
 use crate::algorithm::Decision;
 use crate::metrics::Metrics;
 use crate::store::breaker::BreakerOptions;
-use crate::store::{CounterOp, StoreError};
+use crate::store::{CounterOp, NodePing, StoreError};
 
 pub use self::acquire::CrossSlotPaths;
 use self::acquire::PathCounters;
@@ -75,6 +77,9 @@ pub struct Cluster {
     /// Whether groups are formed per master (the any-slot script loaded), or per
     /// slot only.
     by_master: bool,
+    /// Whether every master that answered the last readiness probe also answered on
+    /// the connection its calls take ([`Cluster::check_paths`]).
+    paths_ready: AtomicBool,
 }
 
 impl Cluster {
@@ -107,7 +112,43 @@ impl Cluster {
             headroom: Arc::new(Headroom::default()),
             paths: PathCounters::default(),
             by_master,
+            paths_ready: AtomicBool::new(true),
         }
+    }
+
+    /// `pings` (each master on the probe's own connection), failed where the master
+    /// does not answer on the connection its calls take (`slot_batch.rs`'s
+    /// [`MasterBatchers::check`]). A master that answers there has its breaker
+    /// closed: SERVING then means its requests go to it. A master down on both
+    /// counts as down, as before; one that answers the probe but not the calls'
+    /// connection keeps the store from being ready ([`Cluster::paths_ready`]).
+    pub async fn check_paths(&self, pings: Vec<NodePing>) -> Vec<NodePing> {
+        let checked = join_all(pings.into_iter().map(|ping| async move {
+            if ping.result.is_err() {
+                return (ping, true);
+            }
+            let master: Arc<str> = Arc::from(ping.node.as_str());
+            match self.masters.check(&master).await {
+                Ok(()) => {
+                    self.nodes.answered(&ping.node);
+                    (ping, true)
+                }
+                Err(error) => {
+                    let node = ping.node;
+                    let result = Err(paths::on_path(error));
+                    (NodePing { node, result }, false)
+                }
+            }
+        }))
+        .await;
+        let ready = checked.iter().all(|(_, ready)| *ready);
+        self.paths_ready.store(ready, Ordering::Relaxed);
+        checked.into_iter().map(|(ping, _)| ping).collect()
+    }
+
+    /// See [`Cluster::check_paths`].
+    pub fn paths_ready(&self) -> bool {
+        self.paths_ready.load(Ordering::Relaxed)
     }
 
     /// Which way the multi-group requests went so far (see [`acquire`]).

@@ -3,7 +3,8 @@
 //! test that pauses it or reads server-wide counters (`CLIENT PAUSE`, `INFO
 //! commandstats`), a private cluster that a destructive test may break without
 //! disturbing the shared one, a Sentinel group
-//! (a master, a replica, three sentinels), and killing a server by its port. All of
+//! (a master, a replica, three sentinels), and killing a server by its port and
+//! starting it again. All of
 //! them are stopped when the test binary exits, like the shared servers.
 
 use std::fs::{self, File};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::cluster_setup::start_cluster;
 use super::commands::{info_field, try_cli};
-use super::launch::start_nodes;
+use super::launch::{respawn, start_nodes};
 use super::teardown::run_root;
 use super::{HOST, POLL_INTERVAL, PROBE_TIMEOUT, RedisCluster, RedisStandalone};
 
@@ -87,6 +88,13 @@ pub fn kill_server(port: u16) -> Result<(), String> {
         thread::sleep(POLL_INTERVAL);
     }
     Ok(())
+}
+
+/// Starts the server [`kill_server`] killed on `port` again, with its directory and
+/// arguments (a cluster node rejoins from its `nodes.conf`), empty of data; ready when
+/// this returns.
+pub fn restart_server(port: u16) -> Result<(), String> {
+    respawn(port)
 }
 
 /// A master, one replica, and three sentinels watching them as `group`.

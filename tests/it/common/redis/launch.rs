@@ -3,7 +3,7 @@
 //! fresh ports when a port was taken between probe and bind).
 
 use std::fs::{self, File};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::PoisonError;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -143,13 +143,33 @@ fn spawn_node(kind: &str, port: u16, extra_args: &[&str]) -> Result<(Child, Node
     let log_err = log
         .try_clone()
         .map_err(|error| format!("cannot clone {}: {error}", log_path.display()))?;
+    // Kept beside the server, so that [`respawn`] starts it again exactly as it was.
+    fs::write(dir.join(ARGS_FILE), extra_args.join("\n"))
+        .map_err(|error| format!("cannot write {}/{ARGS_FILE}: {error}", dir.display()))?;
+    let child = spawn_in(&dir, port, extra_args, log, log_err)?;
+    let pid = child.id();
+    Ok((child, Node { port, pid, dir }))
+}
+
+/// Where [`spawn_node`] keeps a server's extra arguments, one a line.
+const ARGS_FILE: &str = "args";
+
+/// `redis-server` on `port` in `dir` (its data, `nodes.conf` and pid file there) with
+/// the harness's arguments and `extra_args`, output to `log`.
+fn spawn_in(
+    dir: &Path,
+    port: u16,
+    extra_args: &[&str],
+    log: File,
+    log_err: File,
+) -> Result<Child, String> {
     let port_arg = port.to_string();
     let mut command = Command::new("redis-server");
     command
         .args(["--port", &port_arg, "--bind", HOST])
         .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
         .arg("--dir")
-        .arg(&dir)
+        .arg(dir)
         // Replicas sync at once instead of after the default 5 s wait for more replicas.
         .args(["--repl-diskless-sync-delay", "0"])
         // Lets tests use DEBUG (e.g. DEBUG SLEEP) from loopback.
@@ -161,12 +181,52 @@ fn spawn_node(kind: &str, port: u16, extra_args: &[&str]) -> Result<(Child, Node
     let mut child = command.spawn().map_err(|error| {
         format!("cannot run redis-server (not installed? run scripts/bootstrap): {error}")
     })?;
-    let pid = child.id();
-    if let Err(error) = fs::write(dir.join("pid"), pid.to_string()) {
+    if let Err(error) = fs::write(dir.join("pid"), child.id().to_string()) {
         kill_and_reap(&mut child);
         return Err(format!("cannot write {}/pid: {error}", dir.display()));
     }
-    Ok((child, Node { port, pid, dir }))
+    Ok(child)
+}
+
+/// Starts the server this run started on `port` again (after a kill), in its own
+/// directory with its own arguments (a cluster node finds its `nodes.conf` there and
+/// rejoins), and waits until it answers. Its data is gone: the harness keeps none.
+pub(super) fn respawn(port: u16) -> Result<(), String> {
+    let suffix = format!("-{port}");
+    let root = &run_root().dir;
+    let entries = fs::read_dir(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let dir = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.join(ARGS_FILE).is_file())
+        .find(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.ends_with(&suffix))
+        })
+        .ok_or_else(|| format!("no server of this run was started on port {port}"))?;
+    let args = fs::read_to_string(dir.join(ARGS_FILE)).map_err(|e| e.to_string())?;
+    let args: Vec<&str> = args.lines().filter(|l| !l.is_empty()).collect();
+    let log = File::options()
+        .append(true)
+        .open(dir.join(LOG_FILE))
+        .map_err(|e| e.to_string())?;
+    let log_err = log.try_clone().map_err(|e| e.to_string())?;
+    let child = spawn_in(&dir, port, &args, log, log_err)?;
+    let pid = child.id();
+    let mut started = vec![(child, Node { port, pid, dir })];
+    let ready = wait_ready(&mut started, Instant::now() + SERVER_START_TIMEOUT);
+    let (child, node) = started.pop().expect("one server");
+    run_root()
+        .servers
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(child);
+    ready.map_err(|failure| match failure {
+        StartFailure::PortTaken(message) | StartFailure::Fatal(message) => {
+            format!("restarting port {}: {message}", node.port)
+        }
+    })
 }
 
 /// Kills servers of a failed attempt and removes their directories.
