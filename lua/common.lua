@@ -5,7 +5,7 @@
 -- before this file, generated from src/store/redis/scripts/contract.rs.
 --
 -- An algorithm module (lua/<name>.lua, a table named like its model) answers:
---   load(key, p, now_ms)            the stored state, or false for none
+--   load(key, p, now_ms, injected)  the stored state, or false for none
 --   decide(s, p, now_ms, cost, at, reuse)
 --                                   new state, then the operation's reply: remaining if
 --                                   allowed else -1, reset ms, if allowed the delay us
@@ -88,15 +88,17 @@ local function set_with_ttl(key, value, ms, injected)
 end
 
 -- Calendar periods (time_zone; src/algorithm/calendar.rs): the starts of six
--- consecutive periods around tollgate's clock (CALENDAR_FORMAT) at `at` in `text`.
--- Reads them into p.cal_bounds and takes the period holding Redis's clock among the
--- middle three, so the clocks may differ by up to a period: its start, end, the start
--- before it and the end after it. False for malformed bounds (not whole, or not in
+-- consecutive periods around tollgate's clock and the first's number (CALENDAR_FORMAT)
+-- at `at` in `text`. Reads them into p.cal_bounds and takes the period holding Redis's
+-- clock among the middle three, so the clocks may differ by up to a period: its start,
+-- end, the start before it, the end after it, and its number (p.cal_index). False for malformed bounds (not whole, or not in
 -- order); false and 'skew' for a clock outside all three (the clocks more than a
 -- period apart): the call then fails with CODE_CLOCK and that clock, from which
 -- tollgate learns the difference. now_ms nil: only read (a refund).
 local function calendar(p, text, at, now_ms)
   local b = { struct.unpack(CALENDAR_FORMAT, text, at) }
+  local first = b[7]
+  if floor(first) ~= first then return false end
   for i = 1, 6 do
     if floor(b[i]) ~= b[i] or (i > 1 and not (b[i] >= b[i - 1])) then return false end
   end
@@ -107,6 +109,7 @@ local function calendar(p, text, at, now_ms)
   local i = 2
   if now >= b[4] then i = 4 elseif now >= b[3] then i = 3 end
   p.cal_now, p.cal_prev, p.cal_start, p.cal_end, p.cal_next_end = now, b[i - 1], b[i], b[i + 1], b[i + 2]
+  p.cal_index = first + i - 1
   return true
 end
 

@@ -4,8 +4,8 @@
 --
 -- KEYS[i]   a counter that operation i consumed from (one hash slot, as in a batch)
 -- ARGV      2 values per operation i: its bytes, as a batch call carries them
---           (spec.lua parses them; their flag does not matter here), then the refund
---           token the batch call returned for it
+--           (spec.lua parses them on the server's clock, as the batch did; their flag
+--           does not matter here), then the refund token the batch call returned
 -- Returns   the number of operations given back
 --
 -- A refund applies only to the state it consumed from (the token names the window or
@@ -13,11 +13,14 @@
 -- Refunds can make a counter briefly under-admit, never over-admit.
 
 local function refund(KEYS, ARGV)
+  local t = redis.call('TIME')
+  local now_ms = floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
   local n = 0
   for i = 1, #KEYS do
-    local p = parse_spec(ARGV[2 * i - 1], nil)
+    local p = parse_spec(ARGV[2 * i - 1], now_ms)
     local token = tonumber(ARGV[2 * i])
     if p ~= nil and token ~= nil then
+      if p.algo.prepare then p.algo.prepare(p, now_ms) end
       p.algo.refund(KEYS[i], p, token, p.cost)
       n = n + 1
     end

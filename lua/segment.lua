@@ -26,7 +26,7 @@ end
 local function state_of(key, p)
   local s = state[key]
   if s == nil then
-    s = p.algo.load(key, p, now_ms)
+    s = p.algo.load(key, p, now_ms, injected)
     state[key], stored[key] = s, s
   end
   return s

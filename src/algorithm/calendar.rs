@@ -61,8 +61,8 @@ const EPOCH_DAYS_CE: i64 = 719_163;
 /// on every decision (each is a handful of time-zone conversions).
 const CACHED: usize = 4;
 
-/// A calendar and the six period starts last computed for it.
-type Known = Option<(Calendar, [u64; 6])>;
+/// A calendar, the six period starts last computed for it, and the first's number.
+type Known = Option<(Calendar, [u64; 6], i64)>;
 
 thread_local! {
     /// The entries, and which one the next miss replaces.
@@ -85,19 +85,26 @@ impl Calendar {
     /// that one, and three after. A clock anywhere in the middle three periods finds
     /// its own period, its predecessor's start and its successor's end among them.
     pub fn bounds_around(&self, now_ms: u64) -> [u64; 6] {
+        self.numbered_bounds_around(now_ms).0
+    }
+
+    /// [`Calendar::bounds_around`], and the number of the first of the six periods
+    /// (periods counted from 1970's first), which tells consecutive periods apart
+    /// (the sliding window's identity of its window).
+    pub fn numbered_bounds_around(&self, now_ms: u64) -> ([u64; 6], i64) {
         let now = now_ms.min(LAST_MS);
         let (mut recent, next) = RECENT.get();
-        let hit = recent.iter().flatten().find(|(calendar, b)| {
+        let hit = recent.iter().flatten().find(|(calendar, b, _)| {
             calendar == self && b[2] <= now && (now < b[3] || b[3] == LAST_MS)
         });
-        if let Some((_, bounds)) = hit {
-            return *bounds;
+        if let Some((_, bounds, first)) = hit {
+            return (*bounds, *first);
         }
         let index = self.index_at(now_ms);
         let bounds = [-2, -1, 0, 1, 2, 3].map(|d| self.start_of(index + d));
-        recent[next] = Some((*self, bounds));
+        recent[next] = Some((*self, bounds, index - 2));
         RECENT.set((recent, (next + 1) % CACHED));
-        bounds
+        (bounds, index - 2)
     }
 
     /// The number of the period holding `now_ms` (periods counted from 1970's first).

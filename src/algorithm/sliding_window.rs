@@ -6,6 +6,14 @@
 //! at its very end) it admits up to 2L in one interval of length W. With a
 //! `time_zone` the windows are that zone's calendar periods (`calendar.rs`): W is the
 //! current period's length, and the previous count is the period before's.
+//!
+//! Stored (`lua/sliding_window.lua`) as one integer below 2^53, so a hit is one
+//! INCRBY: the window's identity (which of three consecutive windows, 1 to 3; 0 is a
+//! key INCRBY just made) in the low [`ID_STEPS`], this window's count above it (up to
+//! [`CURR_CAP`]), and the previous window's count in the 18 bits left: exactly below
+//! [`PREV_EXACT`], and above it rounded up to 13 significant bits ([`round_up_prev`]),
+//! at most 1/4096 more. Rounding up can only make the estimate larger: a window may
+//! admit a few less after a previous window of more than 131,071 hits, never more.
 
 use super::{mode, Decision, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
@@ -15,6 +23,43 @@ pub struct State {
     pub start: u64,
     pub prev: u64,
     pub curr: u64,
+}
+
+/// The values a window's identity takes, kept in the low part of the value.
+pub const ID_STEPS: u64 = 4;
+/// The largest count of a window the value keeps (past it every answer is the same,
+/// as the fixed window's `CAP`).
+pub const CURR_CAP: u64 = (1 << 33) - 1;
+/// Previous counts below this are kept exactly.
+pub const PREV_EXACT: u64 = 1 << 17;
+/// Above [`PREV_EXACT`], a previous count is kept as `(MANTISSA + m) x 2^(e + 5)`
+/// (12 bits of m, 5 of e).
+pub const MANTISSA: u64 = 1 << 12;
+
+/// The previous count the value can hold for `prev`: `prev` itself below
+/// [`PREV_EXACT`], else the smallest `(MANTISSA + m) x 2^(e + 5)` at least `prev`.
+pub fn round_up_prev(prev: u64) -> u64 {
+    if prev < PREV_EXACT {
+        return prev;
+    }
+    let mut scale = 32u64;
+    loop {
+        let mantissa = prev.div_ceil(scale);
+        if mantissa < 2 * MANTISSA {
+            return mantissa * scale;
+        }
+        scale *= 2;
+    }
+}
+
+/// What a stored previous-count code stands for (the inverse of the Lua's encoding,
+/// for `inspect`).
+fn prev_of_code(code: u64) -> u64 {
+    if code < PREV_EXACT {
+        return code;
+    }
+    let m = code - PREV_EXACT;
+    (MANTISSA + m % MANTISSA) << (m / MANTISSA + 5)
 }
 
 /// The window holding an instant: where it and the one before start, and the
@@ -57,7 +102,7 @@ fn roll(state: Option<State>, f: &Frame) -> State {
         Some(s) if s.start == start => s,
         Some(s) if follows(&s) => State {
             start,
-            prev: s.curr,
+            prev: round_up_prev(s.curr),
             curr: 0,
         },
         _ => State {
@@ -125,12 +170,18 @@ impl Model for SlidingWindow {
     const MAX_LIMIT: Option<u64> = None;
     const ALLOWS_ZERO_RATE: bool = false;
     const TAKES_MAX_DELAY: bool = false;
-    const LAYOUT: Layout = Layout::Hash;
+    const LAYOUT: Layout = Layout::Value;
     const TAKES_TIME_ZONE: bool = true;
     const TAKES_LEASE: bool = false;
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = false;
+    const LUA_CONSTANTS: &'static [(&'static str, u64)] = &[
+        ("ID_STEPS", ID_STEPS),
+        ("CURR_CAP", CURR_CAP),
+        ("PREV_EXACT", PREV_EXACT),
+        ("MANTISSA", MANTISSA),
+    ];
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
@@ -159,7 +210,7 @@ impl Model for SlidingWindow {
             let from_prev = s.prev.min(cost - from_curr);
             State {
                 curr: s.curr - from_curr,
-                prev: s.prev - from_prev,
+                prev: round_up_prev(s.prev - from_prev),
                 ..*s
             }
         };
@@ -170,13 +221,27 @@ impl Model for SlidingWindow {
         expires_at_ms(state, params)
     }
 
-    // sliding_window.lua: {s = window start (unix ms), p = previous, c = current}
+    // sliding_window.lua: one integer, the previous count's code, this window's count
+    // and its identity (see the module's note); 0.1 kept a hash {s = window start
+    // (unix ms), p = previous, c = current} until its next write replaces it.
     fn describe(stored: &Stored) -> String {
+        if let Stored::Hash(_) = stored {
+            return format!(
+                "count {} in the window from {} (unix ms), {} in the one before (0.1's hash, replaced at its next write)",
+                stored.field("c"),
+                stored.field("s"),
+                stored.field("p")
+            );
+        }
+        let Ok(v) = stored.value().parse::<u64>() else {
+            return format!("an unreadable value {:?}", stored.value());
+        };
+        let id = v % ID_STEPS;
+        let curr = (v / ID_STEPS) % (CURR_CAP + 1);
+        let code = v / ID_STEPS / (CURR_CAP + 1);
         format!(
-            "count {} in the window from {} (unix ms), {} in the one before",
-            stored.field("c"),
-            stored.field("s"),
-            stored.field("p")
+            "count {curr} in this window (identity {id} of 1 to 3), {} in the one before",
+            prev_of_code(code)
         )
     }
 
@@ -218,6 +283,19 @@ mod tests {
         let (_, d) = decide(s, &p, 1500, 6);
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(std::time::Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn a_previous_count_is_exact_below_2_17_and_rounded_up_above() {
+        assert_eq!(round_up_prev(0), 0);
+        assert_eq!(round_up_prev(PREV_EXACT - 1), PREV_EXACT - 1);
+        assert_eq!(round_up_prev(PREV_EXACT), PREV_EXACT);
+        assert_eq!(round_up_prev(PREV_EXACT + 1), PREV_EXACT + 32);
+        for prev in [200_000u64, 1_000_000, 999_999_999, CURR_CAP] {
+            let up = round_up_prev(prev);
+            assert!(up >= prev && up - prev <= prev / MANTISSA, "{prev} -> {up}");
+            assert_eq!(round_up_prev(up), up, "idempotent");
+        }
     }
 
     proptest! {

@@ -15,10 +15,10 @@ use crate::algorithm::{Algorithm, Mode};
 pub const OP_FORMAT: &str = "<BBddddBd";
 /// Its bytes.
 pub const OP_LEN: usize = 1 + 1 + 4 * 8 + 1 + 8;
-/// A calendar's six period starts (ms), after the fixed part when
-/// [`bits::CALENDAR`] is set.
-pub const CALENDAR_FORMAT: &str = "<dddddd";
-pub const CALENDAR_LEN: usize = 6 * 8;
+/// A calendar's six period starts (ms) and the first one's number (periods counted
+/// from 1970's first), after the fixed part when [`bits::CALENDAR`] is set.
+pub const CALENDAR_FORMAT: &str = "<ddddddd";
+pub const CALENDAR_LEN: usize = 7 * 8;
 
 /// The first byte of an operation: where it stands in its call.
 pub mod flag {

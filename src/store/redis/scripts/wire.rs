@@ -131,9 +131,14 @@ impl WireOp {
         // The script cannot read a time-zone database, so it picks Redis's period
         // among six around tollgate's idea of Redis's clock.
         buf[34] |= bits::CALENDAR;
-        for (i, start) in calendar.bounds_around(around_ms).into_iter().enumerate() {
+        let (bounds, first) = calendar.numbered_bounds_around(around_ms);
+        let numbers = bounds
+            .map(|start| start as f64)
+            .into_iter()
+            .chain([first as f64]);
+        for (i, x) in numbers.enumerate() {
             let at = OP_LEN + 8 * i;
-            buf[at..at + 8].copy_from_slice(&(start as f64).to_le_bytes());
+            buf[at..at + 8].copy_from_slice(&x.to_le_bytes());
         }
         cmd.arg(&buf[..]);
     }
