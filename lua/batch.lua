@@ -53,10 +53,13 @@ local function batch(KEYS, ARGV)
   reply_start()
   local ok, why = pcall(decide_segments)
   if not ok then return failed(why) end
-  -- Each changed counter's final state is written once, with its TTL.
+  -- Each changed counter's final state is written once, with its TTL (as 0.1 reads
+  -- it, when the call asks).
   if writer then
     for key, q in pairs(writer) do
-      q.algo.save(key, state[key], q, now_ms, injected, now_us, stored[key], late_token)
+      local save = q.algo.save
+      if layouts_0_1 and q.algo.save_0_1 then save = q.algo.save_0_1 end
+      save(key, state[key], q, now_ms, injected, now_us, stored[key], late_token)
     end
   end
   return reply_string()

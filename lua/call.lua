@@ -11,15 +11,19 @@
 --           such a call leaves nothing.
 -- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
 --           tests, which inject time (production never sends one).
--- ARGV[2]   the index: one byte per entry, its spec's place among ARGV[4...] (1 to
---           255); or empty, and ARGV[3+i] is entry i's. Why: a call's operations
---           mostly repeat (same rule, same cost), and each argument costs Redis a
---           string object and this script a Lua string.
--- ARGV[3]   empty, or one byte per entry: how many requests it stands for (1 to 255),
+-- ARGV[2]   the call's flags: "" for this release's layouts, LAYOUTS_0_1 to write
+--           counters as tollgate 0.1 reads them (a rolling upgrade from 0.1: every
+--           module reads both; those with a 0.1 layout write it, without a fast path).
+-- ARGV[3]   the index: one byte per entry, its spec's place among the specs (1 to
+--           255); or empty, and spec i is entry i's. Why: a call's operations mostly
+--           repeat (same rule, same cost), and each argument costs Redis a string
+--           object and this script a Lua string.
+-- ARGV[4]   empty, or one byte per entry: how many requests it stands for (1 to 255),
 --           consecutive one-operation requests (not dry runs) with the same operation
 --           on the same counter, as a hot counter's are. Each is still decided and
 --           answered on its own; a run only spares a key and the lookups per request.
--- ARGV[4..] the distinct specs (spec.lua), in order of first use.
+-- ARGV[5..] the distinct specs (spec.lua), in order of first use (CALL_HEADER
+--           arguments come before them).
 --
 -- Everything here is made once per load of the code: per call for EVALSHA, once for
 -- the function library, so these tables are not made again by each call. The call's
@@ -28,8 +32,9 @@
 
 local tonumber = tonumber
 -- The call's keys, each entry's spec (ops), the clock, the specs by their bytes, the
--- entries' count and run lengths (nil: none above one).
-local call_keys, ops, now_ms, now_us, injected, specs, count, runs
+-- entries' count and run lengths (nil: none above one), whether it writes 0.1's
+-- layouts.
+local call_keys, ops, now_ms, now_us, injected, specs, count, runs, layouts_0_1
 -- Scratch: the distinct specs in their order (listed), each entry's by the index
 -- (indexed). Only a call's first entries are its own.
 local listed, indexed = {}, {}
@@ -76,7 +81,7 @@ end
 local function spec_of(text)
   local p = specs[text]
   if p ~= nil then return p end
-  p = kept[text]
+  if not layouts_0_1 then p = kept[text] end
   if p == nil then
     local why
     p, why = parse_spec(text, now_ms)
@@ -84,7 +89,10 @@ local function spec_of(text)
       if why == 'skew' then return nil, redis.error_reply(CODE_CLOCK .. ' ' .. int(now_ms)) end
       return nil, malformed('operation')
     end
-    if p.algo.prepare and p.cal_bounds == nil and p.lease == nil then
+    if layouts_0_1 and p.algo.save_0_1 then
+      -- 0.1 reads what save_0_1 writes, not what the fast path would.
+      p.take = nil
+    elseif p.algo.prepare and p.cal_bounds == nil and p.lease == nil then
       if kept_n >= KEPT then kept, kept_n = {}, 0 end
       kept[text], kept_n = p, kept_n + 1
     end
@@ -102,16 +110,18 @@ local function setup(KEYS, ARGV)
     if KEYS == nil then return malformed('key count') end
   end
   call_keys, specs, count = KEYS, {}, #KEYS
-  if ARGV[3] == nil or not clock(ARGV[1]) then return malformed('call') end
-  local index, run_lengths = ARGV[2], ARGV[3]
+  if ARGV[CALL_HEADER] == nil or not clock(ARGV[1]) then return malformed('call') end
+  layouts_0_1 = ARGV[2] == LAYOUTS_0_1
+  if not layouts_0_1 and ARGV[2] ~= '' then return malformed('flags') end
+  local index, run_lengths = ARGV[3], ARGV[4]
   runs = nil
   if run_lengths ~= '' then
     if #run_lengths ~= count then return malformed('runs') end
     runs = { string.byte(run_lengths, 1, -1) }
   end
-  local distinct = #ARGV - 3
+  local distinct = #ARGV - CALL_HEADER
   for j = 1, distinct do
-    local p, failed = spec_of(ARGV[3 + j])
+    local p, failed = spec_of(ARGV[CALL_HEADER + j])
     if p == nil then return failed end
     listed[j] = p
   end

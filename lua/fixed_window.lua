@@ -9,8 +9,9 @@
 -- cost, and a value is the cheapest state there is: a counter of the current window
 -- is written with INCRBY (in place, its TTL kept), a new window is one SET with its
 -- TTL. Exact in Lua's doubles: c is kept below CAP (see save), so the whole number
--- stays below 2^53. A key holding anything else (another type, a value INCRBY cannot
--- add to) is no count, and is overwritten by the window's value.
+-- stays below 2^53. 0.1 kept a hash {w = window start (s), c = hits}: read, and written
+-- (save_0_1) while a call asks for 0.1's layouts. A key holding anything else (a value
+-- INCRBY cannot add to) is no count, and is overwritten by the window's value.
 
 local fixed_window = {}
 
@@ -71,8 +72,17 @@ local function count_in(n, p)
   return 0
 end
 
+-- 0.1's hash, as the state of the current window or of none.
+local function legacy(key, p)
+  local h = redis.call('HMGET', key, 'w', 'c')
+  local w = tonumber(h[1])
+  if w ~= p.fw_start then return { w = -1, c = 0, legacy = true } end
+  return { w = w, c = tonumber(h[2]) or 0, legacy = true }
+end
+
 function fixed_window.load(key, p)
   local v = redis.pcall('GET', key)
+  if type(v) == 'table' then return legacy(key, p) end
   local n = type(v) == 'string' and tonumber(v)
   if not n then return { w = -1, c = 0 } end
   if n % SHIFT == p.fw_low then return { w = p.fw_start, c = (n - n % SHIFT) / SHIFT } end
@@ -122,15 +132,28 @@ function fixed_window.save(key, s, p, now_ms, injected, _, stored)
   -- c * SHIFT must stay below 2^53 to keep the window's bits exact.
   local c = s.c
   if c > CAP then c = CAP end
-  if stored.w == s.w then
+  if stored.w == s.w and not stored.legacy then
     redis.call('INCRBY', key, text(p, 'fw_add', (c - stored.c) * SHIFT))
     return
   end
   set_window(key, p, text(p, 'fw_set', c * SHIFT + s.w % SHIFT), now_ms, injected)
 end
 
+-- As 0.1 wrote it: a hash {w, c} with the window's TTL.
+function fixed_window.save_0_1(key, s, p, now_ms, injected)
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'w', int(s.w), 'c', int(s.c))
+  pexpire(key, p.fw_end - now_ms, injected)
+end
+
 function fixed_window.refund(key, p, token, cost)
   local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    local h = redis.call('HMGET', key, 'w', 'c')
+    local back = min(tonumber(h[2]) or 0, cost)
+    if tonumber(h[1]) == token and back > 0 then redis.call('HINCRBY', key, 'c', int(-back)) end
+    return
+  end
   local n = type(v) == 'string' and tonumber(v)
   if not n then return end
   local low = n % SHIFT
@@ -177,11 +200,16 @@ end
 -- new window (other low bits).
 local function taken(key, p, now_ms, injected, v)
   if type(v) ~= 'number' then
-    -- Not the value's fault (a key this node does not serve): the call fails.
-    if not (string.find(v.err, 'WRONGTYPE', 1, true) or string.find(v.err, 'not an integer', 1, true)) then
-      error(v)
+    if string.find(v.err, 'WRONGTYPE', 1, true) then
+      -- 0.1's hash (nothing written): its count, carried into this window's value.
+      local c = legacy(key, p).c + p.cost
+      if c > p.limit then return -1, p.fw_reset, p.fw_reset, 0 end
+      set_window(key, p, int(c * SHIFT + p.fw_low), now_ms, injected)
+      return p.limit - c, p.fw_reset, 0, p.fw_start
     end
-    -- Anything else at the key is no count: overwritten by this window's value.
+    -- Not the value's fault (a key this node does not serve): the call fails.
+    if not string.find(v.err, 'not an integer', 1, true) then error(v) end
+    -- A value INCRBY cannot add to is no count: overwritten by this window's value.
     return take_new(key, p, now_ms, injected)
   end
   if v >= TWO53 then

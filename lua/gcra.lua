@@ -66,11 +66,20 @@ function gcra.untake(key, p, _, now_ms, old)
   return timed_untake(gcra, key, p, now_ms, old)
 end
 
+-- As 0.1 wrote it: the time in decimal, its TTL until then.
+function gcra.save_0_1(key, s, _, now_ms, injected)
+  set_with_ttl(key, f17(s), s - now_ms, injected)
+end
+
 function gcra.refund(key, p, token, cost)
   local v = redis.pcall('GET', key)
   if type(v) ~= 'string' then return end
   local tat, e = gcra.unpack(v)
-  if tat == nil then return end
+  if tat == nil then
+    tat = tonumber(v)
+    if tat ~= nil then redis.call('SET', key, f17(tat - cost * (p.window / p.limit)), 'KEEPTTL') end
+    return
+  end
   redis.call('SET', key, gcra.pack(tat - cost * (p.window / p.limit), e), 'KEEPTTL')
 end
 

@@ -78,12 +78,23 @@ end
 -- A slot is taken back only if no request queued behind it since (the drain time is
 -- still the one this operation left): later requests were already spaced after it,
 -- and moving the queue forward under them could release two closer than W / L.
+-- As 0.1 wrote it: the time in decimal, its TTL until then.
+function leaky_bucket.save_0_1(key, s, _, now_ms, injected)
+  set_with_ttl(key, f17(s), s - now_ms, injected)
+end
+
 function leaky_bucket.refund(key, p, token, cost)
   local v = redis.pcall('GET', key)
   if type(v) ~= 'string' then return end
   local tat, e = leaky_bucket.unpack(v)
-  if tat ~= nil and floor(tat * 1000) == token then
-    redis.call('SET', key, leaky_bucket.pack(tat - cost * (p.window / p.limit), e), 'KEEPTTL')
+  local legacy = tat == nil
+  if legacy then tat = tonumber(v) end
+  if tat == nil or floor(tat * 1000) ~= token then return end
+  local back = tat - cost * (p.window / p.limit)
+  if legacy then
+    redis.call('SET', key, f17(back), 'KEEPTTL')
+  else
+    redis.call('SET', key, leaky_bucket.pack(back, e), 'KEEPTTL')
   end
 end
 

@@ -244,11 +244,18 @@ function sliding_window.untake(key, p, _, now_ms, undo)
   return remaining, reset
 end
 
+-- As 0.1 wrote it: a hash {s, p, c}, its TTL two windows from its start.
+function sliding_window.save_0_1(key, s, p, now_ms, injected)
+  redis.call('DEL', key)
+  redis.call('HSET', key, 's', int(s.start), 'p', int(s.prev), 'c', int(s.curr))
+  pexpire(key, p.sw_ttl_at - now_ms, injected)
+end
+
 -- The refund token is the window start the hits went into: still this window's
 -- count, or, the window having rolled since, the previous one's.
 function sliding_window.refund(key, p, token, cost)
   local s = sliding_window.load(key, p)
-  if not s or s.legacy then return end
+  if not s then return end
   if s.start == token then
     s.curr = s.curr - min(s.curr, cost)
   elseif s.start == p.sw_start and token == (p.sw_prev or p.sw_start - p.sw_window) then
@@ -256,7 +263,11 @@ function sliding_window.refund(key, p, token, cost)
   else
     return
   end
-  redis.call('SET', key, value_of(s, p), 'KEEPTTL')
+  if s.legacy then
+    redis.call('HSET', key, 'p', int(s.prev), 'c', int(s.curr))
+  else
+    redis.call('SET', key, value_of(s, p), 'KEEPTTL')
+  end
 end
 
 -- Charges and releases (src/algorithm/mode.rs): this window's count; a release takes

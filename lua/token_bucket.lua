@@ -74,8 +74,20 @@ function token_bucket.untake(key, p, _, now_ms, old)
   return timed_untake(token_bucket, key, p, now_ms, old)
 end
 
+-- As 0.1 wrote it: a hash {t, a}, its TTL until the bucket is full.
+function token_bucket.save_0_1(key, s, p, _, injected)
+  redis.call('DEL', key)
+  redis.call('HSET', key, 't', f17(s.t), 'a', int(s.a))
+  pexpire(key, ceil_ms((p.burst - s.t) / (p.limit / p.window)), injected)
+end
+
 function token_bucket.refund(key, p, token, cost)
   local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    local t = tonumber(redis.call('HGET', key, 't'))
+    if t ~= nil then redis.call('HSET', key, 't', f17(min(p.burst, t + cost))) end
+    return
+  end
   if type(v) ~= 'string' then return end
   local s, e = token_bucket.unpack(v)
   if s == nil then return end

@@ -41,7 +41,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve ShouldRateLimit over gRPC, plus /healthcheck and /json over HTTP.
-    Serve(crate::settings::ServeFlags),
+    Serve(Box<crate::settings::ServeFlags>),
     /// Validate a config file or directory; exit non-zero listing every error.
     Validate {
         /// A YAML file or a directory of them.
@@ -71,7 +71,7 @@ pub async fn run(cli: Cli) -> ExitCode {
 
 async fn run_command(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Serve(flags) => match serve::run(flags).await {
+        Command::Serve(flags) => match serve::run(*flags).await {
             Ok(()) => ExitCode::SUCCESS,
             // A failure while serving was logged where it happened.
             Err(e @ serve::ServeError::Serve(_)) => e.exit_code(),

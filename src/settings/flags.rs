@@ -117,4 +117,9 @@ pub struct RedisFlags {
     /// Prefix of every Redis key [default: $CACHE_KEY_PREFIX]
     #[arg(long)]
     pub key_prefix: Option<String>,
+    /// How counters are written: compact (this release's), or 0.1 (tollgate 0.1's
+    /// layouts, which it reads) while replicas of 0.1 share the Redis during a rolling
+    /// upgrade; both are read either way (docs/operations.md, "Upgrading") [default: compact]
+    #[arg(long, value_name = "LAYOUT")]
+    pub state_layout: Option<String>,
 }

@@ -3,6 +3,7 @@
 //! `REDIS_TYPE=sentinel`, `REDIS_SENTINEL_AUTH` and the `REDIS_TLS_*` files) and
 //! `CACHE_KEY_PREFIX`.
 
+use crate::store::redis::scripts::StateLayout;
 use std::time::Duration;
 
 use super::env::env_bool;
@@ -79,6 +80,14 @@ pub(super) fn redis_options(
                 .into(),
         ));
     }
+    let state_layout = match flags.state_layout.as_deref() {
+        None => StateLayout::Compact,
+        Some(text) => StateLayout::parse(text).ok_or_else(|| {
+            Error::Settings(format!(
+                "--state-layout: '{text}' is not a layout (expected compact, or 0.1 while replicas of tollgate 0.1 share the Redis)"
+            ))
+        })?,
+    };
     Ok(Some(RedisOptions {
         target,
         tls: redis_tls,
@@ -86,6 +95,7 @@ pub(super) fn redis_options(
         key_prefix,
         timeout: Duration::from_millis(timeout_ms),
         connect_timeout: REDIS_CONNECT_TIMEOUT,
+        state_layout,
     }))
 }
 

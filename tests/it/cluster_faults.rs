@@ -34,6 +34,7 @@ async fn serve(cluster: &RedisCluster) -> TestServer {
         timeout: Duration::from_secs(1),
         connect_timeout: Duration::from_secs(5),
         tls: Default::default(),
+        state_layout: Default::default(),
     };
     let store = RedisStore::connect(&options).await.expect("connect");
     TestServer::start(

@@ -48,6 +48,7 @@ async fn a_killed_redis_is_answered_by_failure_mode_at_once_and_then_found_again
         timeout: TIMEOUT,
         connect_timeout: Duration::from_secs(2),
         tls: Default::default(),
+        state_layout: Default::default(),
     };
     let store = RedisStore::connect(&options).await.expect("connect");
     let server = TestServer::start(

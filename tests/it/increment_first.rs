@@ -227,3 +227,102 @@ async fn an_any_slot_call_refused_midway_keeps_nothing() {
         );
     }
 }
+
+/// Every module's fast path gives back what it took when an any-slot call is refused
+/// midway: a counter that held a state holds it again, byte for byte, and one the call
+/// made holds nothing (the fixed window and the sliding window add in place; the
+/// buckets write their idle value first: timed.lua).
+#[tokio::test]
+async fn every_fast_path_gives_back_what_it_took_when_a_call_is_refused() {
+    use tollgate::algorithm::{Algorithm, Mode, Params};
+    use tollgate::store::{CounterKey, CounterOp};
+    let cluster = common::redis::cluster();
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+        Algorithm::LeakyBucket,
+    ] {
+        let prefix = common::redis::unique_prefix(&format!("fast_back_{}", algorithm.name()));
+        let home = cluster.master_for_key(&format!("{prefix}a0"));
+        let mut mine = Vec::new();
+        let mut away = None;
+        for i in 0..1000 {
+            let key = format!("{prefix}a{i}");
+            if cluster.master_for_key(&key) == home {
+                if mine.len() < 2 {
+                    mine.push(key);
+                }
+            } else if away.is_none() {
+                away = Some(key);
+            }
+            if mine.len() == 2 && away.is_some() {
+                break;
+            }
+        }
+        let away = away.expect("a key of another master");
+        let client = redis::Client::open(format!("redis://{home}/")).expect("url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the master");
+        let _: String = scripts::BATCH_ANY_SLOT
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await
+            .expect("SCRIPT LOAD");
+        let op = CounterOp {
+            key: CounterKey {
+                domain: std::sync::Arc::from("fast_back"),
+                rule: std::sync::Arc::from("r"),
+                entries: Default::default(),
+                algorithm,
+                window_secs: 3600,
+                time_zone: None,
+                hash_tag: None,
+            },
+            params: Params {
+                algorithm,
+                limit: 1000,
+                window_ms: 3_600_000,
+                burst: 1000,
+                max_delay_ms: None,
+                calendar: None,
+            },
+            cost: 1,
+            vetoes: true,
+            mode: Mode::Limit,
+            lease: None,
+        };
+        let ops = [WireOp::new(&op)];
+        fn one<'a>(keys: &'a [String], ops: &'a [WireOp]) -> Vec<Segment<'a, String>> {
+            keys.chunks(1)
+                .map(|k| Segment {
+                    keys: k,
+                    ops,
+                    dry_run: false,
+                })
+                .collect()
+        }
+        // mine[0] holds a state; mine[1] none.
+        let first = [mine[0].clone()];
+        let _: Vec<u8> = scripts::batch_cmd_in(Layout::AnySlot, &one(&first, &ops), None)
+            .query_async(&mut conn)
+            .await
+            .expect("a local key is served");
+        let get = |key: &str| common::redis::redis_cli_cluster(cluster, &["GET", key]);
+        let before = get(&mine[0]);
+        assert!(!before.is_empty(), "{}: a state to keep", algorithm.name());
+        let keys = [mine[0].clone(), mine[1].clone(), away];
+        refused_for_a_key_elsewhere(&mut conn, &one(&keys, &ops), Via::Eval).await;
+        assert_eq!(get(&mine[0]), before, "{}: as it was", algorithm.name());
+        // A fixed window's new key may stay as its window's value of no hits (the
+        // hits went back by INCRBY): no count, as no key.
+        let made = get(&mine[1]);
+        let nothing = made.is_empty()
+            || (algorithm == Algorithm::FixedWindow
+                && common::redis::fixed_window_count(&made) == 0);
+        assert!(nothing, "{}: nothing kept: {made:?}", algorithm.name());
+    }
+}

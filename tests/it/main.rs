@@ -81,5 +81,6 @@ mod tls;
 mod token_quota;
 mod tracing_b3;
 mod tracing_otlp;
+mod upgrade;
 mod upstream_metrics;
 mod upstream_schema;

@@ -66,6 +66,7 @@ async fn store() -> RedisStore {
         timeout: Duration::from_secs(60),
         connect_timeout: Duration::from_secs(10),
         tls: Default::default(),
+        state_layout: Default::default(),
     };
     RedisStore::connect(&options)
         .await

@@ -21,6 +21,7 @@ fn options(target: RedisTarget, auth: Option<&str>, timeout: Duration) -> RedisO
         timeout,
         connect_timeout: Duration::from_secs(2),
         tls: Default::default(),
+        state_layout: Default::default(),
     }
 }
 

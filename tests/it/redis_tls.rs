@@ -92,6 +92,7 @@ fn options(url: String, auth: Option<&str>, tls: RedisTls) -> RedisOptions {
         timeout: Duration::from_secs(1),
         connect_timeout: Duration::from_secs(5),
         tls,
+        state_layout: Default::default(),
     }
 }
 

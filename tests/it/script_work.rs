@@ -150,12 +150,12 @@ async fn a_hot_counter_is_read_and_written_once_per_call() {
     );
 }
 
-/// A fixed window's key holding anything but its value (0.1.0's hash, a value INCRBY
-/// cannot add to) is no count: the window starts over, its value written with the
-/// window's TTL (docs/operations.md says what an upgrade from 0.1.0 resets); a refund
-/// on such a key leaves it alone.
+/// A fixed window's key holding 0.1's hash {w, c} keeps its count of this window (read,
+/// and written back as a value with the window's TTL: tests/it/upgrade.rs has the
+/// rolling upgrade); a value INCRBY cannot add to is no count, the window starting
+/// over; a refund on a hash gives back into the hash.
 #[tokio::test]
-async fn a_fixed_window_key_of_another_type_starts_the_window_over() {
+async fn a_fixed_window_key_of_0_1_or_another_value_is_read_or_started_over() {
     let redis =
         common::redis::custom::private_standalone("script_work_legacy").expect("private redis");
     let mut conn = loaded_connection(&redis).await;
@@ -184,21 +184,25 @@ async fn a_fixed_window_key_of_another_type_starts_the_window_over() {
     let today_text = today.to_string();
     cli(&["HSET", "old:hash", "w", &today_text, "c", "5"]);
     cli(&["SET", "old:text", "not a number"]);
-    for key in ["old:hash", "old:text"] {
-        assert_eq!(
-            decide(&mut conn, key).await,
-            999,
-            "{key}: the window starts over"
-        );
+    for (key, before) in [("old:hash", 5), ("old:text", 0)] {
+        assert_eq!(decide(&mut conn, key).await, 999 - before, "{key}");
         assert_eq!(cli(&["TYPE", key]), "string", "{key}: rewritten as a value");
         let stored = cli(&["GET", key]);
-        assert_eq!(common::redis::fixed_window_count(&stored), 1, "{key}");
+        assert_eq!(
+            common::redis::fixed_window_count(&stored),
+            before + 1,
+            "{key}"
+        );
         let ttl: i64 = cli(&["PTTL", key]).parse().expect("PTTL");
         assert!(
             ttl > 0 && ttl <= 86_400_000,
             "{key}: the window's TTL, PTTL {ttl}"
         );
-        assert_eq!(decide(&mut conn, key).await, 998, "{key}: then as a value");
+        assert_eq!(
+            decide(&mut conn, key).await,
+            998 - before,
+            "{key}: then as a value"
+        );
     }
 
     cli(&["HSET", "old:refund", "w", &today_text, "c", "5"]);
@@ -211,7 +215,11 @@ async fn a_fixed_window_key_of_another_type_starts_the_window_over() {
         .query_async(&mut conn)
         .await
         .expect("refund runs");
-    assert_eq!(cli(&["HGET", "old:refund", "c"]), "5", "left alone");
+    assert_eq!(
+        cli(&["HGET", "old:refund", "c"]),
+        "4",
+        "given back into the hash"
+    );
 }
 
 /// A hot counter's requests travel as one pair with a run length (the last
@@ -226,13 +234,13 @@ async fn a_malformed_run_fails_the_whole_call() {
     let segments = alike(&keys, &wire, 3);
     let good = scripts::batch_cmd(&segments, None);
     let args = plain_args(&good);
-    // FCALL|EVALSHA, the function or script, 1 key, the key, the clock, the index,
-    // then the run lengths.
-    assert_eq!(args[6], vec![3u8], "one pair, a run of 3");
+    // FCALL|EVALSHA, the function or script, 1 key, the key, the clock, the call's
+    // flags, the index, then the run lengths.
+    assert_eq!(args[7], vec![3u8], "one pair, a run of 3");
     for runs in [&[0u8][..], &[3, 1][..]] {
         let mut bad = redis::Cmd::new();
         for (i, arg) in args.iter().enumerate() {
-            bad.arg(if i == 6 { runs } else { &arg[..] });
+            bad.arg(if i == 7 { runs } else { &arg[..] });
         }
         refused_unwritten(&mut conn, &bad, "runs", &keys).await;
     }
@@ -320,10 +328,10 @@ async fn a_malformed_index_fails_the_whole_call() {
         .collect();
     let good = scripts::batch_cmd(&segments, None);
     let args = plain_args(&good);
-    // FCALL|EVALSHA, the function or script, 3 keys, the keys, the clock, the index,
-    // the run lengths (none), the two operations.
-    assert_eq!(args.len(), 11, "each distinct operation once");
-    assert_eq!(args[7], vec![1u8, 2, 1]);
+    // FCALL|EVALSHA, the function or script, 3 keys, the keys, the clock, the call's
+    // flags, the index, the run lengths (none), the two operations.
+    assert_eq!(args.len(), 12, "each distinct operation once");
+    assert_eq!(args[8], vec![1u8, 2, 1]);
     for index in [
         &[1u8, 3, 1][..],
         &[0, 1, 1][..],
@@ -332,7 +340,7 @@ async fn a_malformed_index_fails_the_whole_call() {
     ] {
         let mut bad = redis::Cmd::new();
         for (i, arg) in args.iter().enumerate() {
-            bad.arg(if i == 7 { index } else { &arg[..] });
+            bad.arg(if i == 8 { index } else { &arg[..] });
         }
         refused_unwritten(&mut conn, &bad, "index", &keys).await;
     }

@@ -248,7 +248,7 @@ async fn open(options: &RedisOptions, protection: &Protection) -> Result<Backend
         .map_err(|e| format!("cannot load the scripts: {}", connect::describe(&e)))?;
     // And the library (FCALL, `scripts/library.rs`), without failing: a Redis before 7
     // refuses it, and the calls go by EVALSHA.
-    let functions = scripts::Functions::default();
+    let functions = scripts::Engine::new(options.state_layout);
     let library = functions.load(&mut connection);
     match tokio::time::timeout(options.connect_timeout, library).await {
         Ok(Ok(())) => {}

@@ -28,7 +28,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::batcher::Batcher;
 use super::connect::describe;
-use super::scripts::{Functions, Layout, Reply, WireOp};
+use super::scripts::{Engine, Layout, Reply, WireOp};
 use crate::store::StoreError;
 
 /// Master queues kept at most (see the module docs).
@@ -44,7 +44,7 @@ pub struct SlotBatchers {
     connection: ClusterConnection,
     /// The store's per-call budget, given to each queue.
     timeout: Duration,
-    functions: Functions,
+    functions: Engine,
     /// One queue per slot, indexed by slot. The table is 16384 empty cells up front
     /// (16 bytes each: 256 KiB); a queue in use adds its parked task and its channel's
     /// first block, a few KiB. That worst case needs every slot in use, and
@@ -53,7 +53,7 @@ pub struct SlotBatchers {
 }
 
 impl SlotBatchers {
-    pub fn new(connection: ClusterConnection, timeout: Duration, functions: Functions) -> Self {
+    pub fn new(connection: ClusterConnection, timeout: Duration, functions: Engine) -> Self {
         Self {
             connection,
             timeout,
@@ -92,12 +92,12 @@ impl SlotBatchers {
 pub struct MasterBatchers {
     connection: ClusterConnection,
     timeout: Duration,
-    functions: Functions,
+    functions: Engine,
     queues: Mutex<HashMap<Arc<str>, Arc<Batcher>>>,
 }
 
 impl MasterBatchers {
-    pub fn new(connection: ClusterConnection, timeout: Duration, functions: Functions) -> Self {
+    pub fn new(connection: ClusterConnection, timeout: Duration, functions: Engine) -> Self {
         Self {
             connection,
             timeout,

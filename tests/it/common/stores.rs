@@ -30,6 +30,7 @@ pub fn options(target: RedisTarget, test: &str) -> RedisOptions {
         timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
         tls: Default::default(),
+        state_layout: Default::default(),
     }
 }
 

@@ -49,7 +49,7 @@ use self::depth::Depth;
 use self::recover::Pinger;
 use super::connect::describe;
 use super::misroute;
-use super::scripts::{self, Functions, Layout, Reply, Segment, WireOp};
+use super::scripts::{self, Engine, Layout, Reply, Segment, WireOp};
 use crate::store::StoreError;
 
 /// Operations per call, at most, unless one request alone has more (it then goes
@@ -97,7 +97,7 @@ impl Batcher {
     /// Starts the task that drains the queue (on the current tokio runtime). A request
     /// not answered by its deadline gets [`StoreError::Timeout`] naming `timeout`.
     /// Calls go by FCALL while `functions` says the library is loaded.
-    pub fn start<C>(connection: C, timeout: Duration, functions: Functions) -> Self
+    pub fn start<C>(connection: C, timeout: Duration, functions: Engine) -> Self
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
@@ -105,12 +105,7 @@ impl Batcher {
     }
 
     /// [`Batcher::start`], its calls' keys where `layout` puts them.
-    pub fn start_in<C>(
-        layout: Layout,
-        connection: C,
-        timeout: Duration,
-        functions: Functions,
-    ) -> Self
+    pub fn start_in<C>(layout: Layout, connection: C, timeout: Duration, functions: Engine) -> Self
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
@@ -194,7 +189,7 @@ struct Line<C> {
     layout: Layout,
     /// Each request's budget.
     timeout: Duration,
-    functions: Functions,
+    functions: Engine,
     ping: Pinger,
 }
 

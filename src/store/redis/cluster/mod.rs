@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use super::misroute;
 use super::nodes::Nodes;
 use super::paths;
-use super::scripts::{Functions, Reply, WireOp};
+use super::scripts::{Engine, Reply, WireOp};
 use super::slot_batch::{MasterBatchers, SlotBatchers};
 use crate::algorithm::Decision;
 use crate::metrics::Metrics;
@@ -89,7 +89,7 @@ impl Cluster {
     pub async fn start(
         connection: ClusterConnection,
         by_master: bool,
-        (timeout, functions): (Duration, Functions),
+        (timeout, functions): (Duration, Engine),
         breaker: BreakerOptions,
         metrics: Option<Arc<Metrics>>,
     ) -> Self {

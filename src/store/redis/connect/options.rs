@@ -95,6 +95,9 @@ pub struct RedisOptions {
     pub connect_timeout: Duration,
     /// CA and client certificate for `rediss://`; empty: the built-in roots.
     pub tls: RedisTls,
+    /// The layouts counters are written in (`--state-layout`): 0.1's during a rolling
+    /// upgrade from it.
+    pub state_layout: crate::store::redis::scripts::StateLayout,
 }
 
 impl std::fmt::Debug for RedisOptions {
@@ -106,6 +109,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("key_prefix", &self.key_prefix)
             .field("timeout", &self.timeout)
             .field("tls", &self.tls)
+            .field("state_layout", &self.state_layout)
             .finish()
     }
 }

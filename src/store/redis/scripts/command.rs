@@ -7,6 +7,7 @@
 
 use redis::{Cmd, Script};
 
+use super::contract::StateLayout;
 use super::library::LIBRARY;
 use super::runs;
 use super::wire::{Flag, OP_LEN, WireOp, redis_clock_estimate};
@@ -76,7 +77,27 @@ pub fn batch_cmd_via<K: AsRef<str>>(
     now_ms: Option<u64>,
 ) -> Cmd {
     let around = now_ms.unwrap_or_else(redis_clock_estimate);
-    batch_cmd_with((layout, via), segments, now_ms, around)
+    batch_cmd_with(
+        (layout, via, StateLayout::Compact),
+        segments,
+        now_ms,
+        around,
+    )
+}
+
+/// For tests of an upgrade: [`batch_cmd`] asking the engine to write `layouts`.
+pub fn batch_cmd_writing<K: AsRef<str>>(
+    layouts: StateLayout,
+    segments: &[Segment<'_, K>],
+    now_ms: Option<u64>,
+) -> Cmd {
+    let around = now_ms.unwrap_or_else(redis_clock_estimate);
+    batch_cmd_with(
+        (Layout::Declared, Via::Eval, layouts),
+        segments,
+        now_ms,
+        around,
+    )
 }
 
 /// How a batch call reaches its script.
@@ -94,14 +115,15 @@ pub enum Via {
 pub fn batch_call<K: AsRef<str>>(
     layout: Layout,
     segments: &[Segment<'_, K>],
-    functions: &super::Functions,
+    functions: &super::Engine,
 ) -> Cmd {
     let via = if functions.enabled() {
         Via::Function
     } else {
         Via::Eval
     };
-    batch_cmd_with((layout, via), segments, None, redis_clock_estimate())
+    let shape = (layout, via, functions.layouts());
+    batch_cmd_with(shape, segments, None, redis_clock_estimate())
 }
 
 /// Whether `cmd` is an FCALL.
@@ -118,7 +140,7 @@ pub fn batch_cmd_around<K: AsRef<str>>(
     tollgate_ms: u64,
 ) -> Cmd {
     batch_cmd_with(
-        (Layout::Declared, Via::Eval),
+        (Layout::Declared, Via::Eval, StateLayout::Compact),
         segments,
         Some(now_ms),
         tollgate_ms,
@@ -127,7 +149,7 @@ pub fn batch_cmd_around<K: AsRef<str>>(
 
 /// The command of [`batch_cmd_in`], calendar periods chosen around `around_ms`.
 fn batch_cmd_with<K: AsRef<str>>(
-    (layout, via): (Layout, Via),
+    (layout, via, layouts): (Layout, Via, StateLayout),
     segments: &[Segment<'_, K>],
     now_ms: Option<u64>,
     around_ms: u64,
@@ -154,6 +176,7 @@ fn batch_cmd_with<K: AsRef<str>>(
         Some(ms) => cmd.arg(ms),
         None => cmd.arg(""),
     };
+    cmd.arg(layouts.flag());
     let (index, distinct) = distinct_ops(&entries);
     cmd.arg(index);
     if entries.iter().any(|e| e.run > 1) {

@@ -74,6 +74,8 @@ fn batch_cmd_is_evalsha_with_keys_then_segments_then_arguments() {
         text("b{x}"),
         text("c{y}"),
         text(""),
+        // The call's flags: this release's layouts.
+        text(""),
         // Each key's operation among the distinct ones; no run.
         vec![1, 2, 3],
         text(""),
@@ -83,7 +85,7 @@ fn batch_cmd_is_evalsha_with_keys_then_segments_then_arguments() {
         encoded(b'+', 1, [7.0, 60000.0, 7.0, -1.0], 1, 1.0),
     ];
     assert_eq!(args(&cmd), expected);
-    assert!(expected[9..].iter().all(|op| op.len() == OP_LEN));
+    assert!(expected[10..].iter().all(|op| op.len() == OP_LEN));
     let one = [Segment {
         keys: &keys[..1],
         ops: &wire[..1],
@@ -92,7 +94,7 @@ fn batch_cmd_is_evalsha_with_keys_then_segments_then_arguments() {
     let injected = args(&batch_cmd(&one, Some(1234)));
     assert_eq!(injected[4], b"1234");
     assert_eq!(
-        injected[7],
+        injected[8],
         encoded(b'+', 1, [10.0, 60000.0, 10.0, -1.0], 1, 1.0)
     );
 }
@@ -113,10 +115,10 @@ fn alike_operations_are_sent_once_and_indexed() {
         })
         .collect();
     let sent = args(&batch_cmd(&segments, None));
-    assert_eq!(sent.len(), 3 + 6 + 3 + 2);
-    assert_eq!(sent[10], vec![1, 2, 1, 2, 1, 2]);
-    assert_eq!(sent[12][0], b'+');
-    assert_eq!(sent[13][0], b'.');
+    assert_eq!(sent.len(), 3 + 6 + 4 + 2);
+    assert_eq!(sent[11], vec![1, 2, 1, 2, 1, 2]);
+    assert_eq!(sent[13][0], b'+');
+    assert_eq!(sent[14][0], b'.');
 
     let many: Vec<WireOp> = (0..300)
         .map(|i| WireOp::new(&op(10 + i, 1, true)))
@@ -132,8 +134,8 @@ fn alike_operations_are_sent_once_and_indexed() {
         })
         .collect();
     let sent = args(&batch_cmd(&segments, None));
-    assert_eq!(sent[3 + 300 + 1], b"", "no index");
-    assert_eq!(sent.len(), 3 + 300 + 3 + 300);
+    assert_eq!(sent[3 + 300 + 2], b"", "no index");
+    assert_eq!(sent.len(), 3 + 300 + 4 + 300);
 }
 
 /// The any-slot layout declares no key: their count, the keys, then the
@@ -186,6 +188,7 @@ fn a_hot_counter_is_one_pair_with_its_run_length() {
             text("2"),
             text("hot"),
             text("other"),
+            text(""),
             text(""),
             vec![1, 1],
             vec![3, 1],

@@ -52,6 +52,44 @@ pub const FULL_FORM: usize = 4;
 /// it, at least one step after its state stops mattering (`lua/timed.lua`).
 pub const GRID_MS: u64 = 1 << 16;
 
+/// The batch call's arguments before its specs: the clock, the call's flags, the
+/// index, the run lengths (`lua/call.lua`).
+pub const CALL_HEADER: usize = 4;
+
+/// Which layouts the engine writes counters in (the call's flags argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StateLayout {
+    /// This release's: every algorithm's compact state, with its fast path.
+    #[default]
+    Compact,
+    /// tollgate 0.1's (fixed windows, token buckets and sliding windows as hashes,
+    /// arrival times in decimal), for a rolling upgrade from 0.1: its replicas read
+    /// what this writes, and this reads both (docs/operations.md, "Upgrading").
+    V0_1,
+}
+
+impl StateLayout {
+    /// The call's flags argument asking for it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            StateLayout::Compact => "",
+            StateLayout::V0_1 => LAYOUTS_0_1,
+        }
+    }
+
+    /// The setting's spellings (`--state-layout`).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "compact" => Some(StateLayout::Compact),
+            "0.1" => Some(StateLayout::V0_1),
+            _ => None,
+        }
+    }
+}
+
+/// The flags argument of a call writing tollgate 0.1's layouts.
+const LAYOUTS_0_1: &str = "0.1";
+
 /// A repeat form is one number, `REPEAT_FROM - first` (so at most `REPEAT_FROM + 1`),
 /// standing for a full form whose last three values equal the previous one's.
 pub const REPEAT_FROM: i64 = -3;
@@ -92,7 +130,8 @@ pub fn prelude() -> String {
          local MODE_DIVISOR, MODE_MODULUS = {}, {}\n\
          local {} = {}\n\
          local FULL_FORM, REPEAT_FROM, GRID = {FULL_FORM}, {REPEAT_FROM}, {GRID_MS}\n\
-         local CODE_MALFORMED, CODE_CLOCK, CODE_ABORTED = '{}', '{}', '{}'\n",
+         local CODE_MALFORMED, CODE_CLOCK, CODE_ABORTED = '{}', '{}', '{}'\n\
+         local CALL_HEADER, LAYOUTS_0_1 = {CALL_HEADER}, '{LAYOUTS_0_1}'\n",
         flag::START,
         flag::DRY,
         flag::MORE,

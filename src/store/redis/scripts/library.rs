@@ -16,7 +16,7 @@
 //! (`FUNCTION FLUSH`) answers "Function not found", and the call loads the library on
 //! that connection and goes again, as EVALSHA does on NOSCRIPT. A server without
 //! functions (Redis before 7) refuses the load at start, or FCALL later ("unknown
-//! command"): that store's calls then go by EVALSHA ([`Functions`]).
+//! command"): that store's calls then go by EVALSHA ([`Engine::enabled`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -26,6 +26,7 @@ use redis::{Arg, Cmd, RedisResult};
 use sha2::{Digest, Sha256};
 
 use super::batch_code;
+use super::contract::StateLayout;
 
 /// The library's source, name and function names.
 pub struct Library {
@@ -72,15 +73,34 @@ pub static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     }
 });
 
-/// Whether one store's batch calls go by FCALL: set when the library loaded at start,
-/// cleared for good when its server does not know FCALL. One per store, shared by its
-/// queues (a flag per process would let one store's old Redis turn every other's off).
+/// How one store's batch calls reach the engine, and what they ask of it. One per
+/// store, shared by its queues.
 #[derive(Debug, Clone, Default)]
-pub struct Functions(Arc<AtomicBool>);
+pub struct Engine {
+    /// By FCALL: set when the library loaded at start, cleared for good when its server
+    /// does not know FCALL (a flag per process would let one store's old Redis turn
+    /// every other's off).
+    fcall: Arc<AtomicBool>,
+    /// The layouts the engine writes counters in.
+    layouts: StateLayout,
+}
 
-impl Functions {
+impl Engine {
+    /// An engine writing `layouts`, by EVALSHA until the library is loaded.
+    pub fn new(layouts: StateLayout) -> Self {
+        Self {
+            fcall: Arc::default(),
+            layouts,
+        }
+    }
+
     pub fn enabled(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.fcall.load(Ordering::Relaxed)
+    }
+
+    /// The layouts its calls ask for.
+    pub fn layouts(&self) -> StateLayout {
+        self.layouts
     }
 
     /// Loads the library on `con` (on a cluster connection, every master). On success
@@ -92,7 +112,7 @@ impl Functions {
             .arg(&LIBRARY.source)
             .query_async(con)
             .await?;
-        self.0.store(true, Ordering::Relaxed);
+        self.fcall.store(true, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -103,7 +123,7 @@ pub async fn fcall<C: ConnectionLike>(
     con: &mut C,
     cmd: &Cmd,
     script: &redis::Script,
-    functions: &Functions,
+    functions: &Engine,
 ) -> RedisResult<Vec<u8>> {
     let result = match cmd.query_async(con).await {
         Err(e) if e.to_string().contains("Function not found") => {
@@ -112,7 +132,7 @@ pub async fn fcall<C: ConnectionLike>(
         }
         Err(e) if e.to_string().contains("unknown command") => {
             tracing::warn!(error = %e, "Redis has no functions (before 7?): batch calls go by EVALSHA from now on");
-            functions.0.store(false, Ordering::Relaxed);
+            functions.fcall.store(false, Ordering::Relaxed);
             return super::evalsha(con, &as_evalsha(cmd, script), script).await;
         }
         other => other,

@@ -26,9 +26,10 @@ mod wire;
 
 pub use command::{
     Layout, Refund, Segment, Via, batch_call, batch_cmd, batch_cmd_around, batch_cmd_in,
-    batch_cmd_via, refund_cmd, sends_fcall,
+    batch_cmd_via, batch_cmd_writing, refund_cmd, sends_fcall,
 };
-pub use library::{Functions, LIBRARY, fcall};
+pub use contract::StateLayout;
+pub use library::{Engine, LIBRARY, fcall};
 pub use reply::{Reply, parse_batch_reply};
 use wire::Flag;
 pub use wire::{WireOp, learn_redis_clock, redis_clock_estimate};
@@ -146,7 +147,7 @@ pub async fn send_batch<C: ConnectionLike, K: AsRef<str>>(
     con: &mut C,
     layout: Layout,
     segments: &[Segment<'_, K>],
-    functions: &Functions,
+    functions: &Engine,
 ) -> RedisResult<Vec<u8>> {
     let mut tries = 0;
     loop {
