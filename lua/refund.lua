@@ -3,7 +3,9 @@
 -- it (src/store/redis/refund.rs sends it).
 --
 -- KEYS[i]   a counter that operation i consumed from (one hash slot, as in a batch)
--- ARGV      2 values per operation i: its bytes, as a batch call carries them
+-- ARGV[1]   "" to read the server's clock (TIME); a number of milliseconds only in
+--           tests that inject it (as the batch call's ARGV[1])
+-- ARGV      then 2 values per operation i: its bytes, as a batch call carries them
 --           (spec.lua parses them on the server's clock, as the batch did; their flag
 --           does not matter here), then the refund token the batch call returned
 -- Returns   the number of operations given back
@@ -13,12 +15,15 @@
 -- Refunds can make a counter briefly under-admit, never over-admit.
 
 local function refund(KEYS, ARGV)
-  local t = redis.call('TIME')
-  local now_ms = floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+  local now_ms = tonumber(ARGV[1])
+  if now_ms == nil then
+    local t = redis.call('TIME')
+    now_ms = floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+  end
   local n = 0
   for i = 1, #KEYS do
-    local p = parse_spec(ARGV[2 * i - 1], now_ms)
-    local token = tonumber(ARGV[2 * i])
+    local p = parse_spec(ARGV[2 * i], now_ms)
+    local token = tonumber(ARGV[2 * i + 1])
     if p ~= nil and token ~= nil then
       if p.algo.prepare then p.algo.prepare(p, now_ms) end
       p.algo.refund(KEYS[i], p, token, p.cost)

@@ -284,6 +284,11 @@ impl Model for Concurrency {
         expires_at_ms(state, now_ms)
     }
 
+    /// Never sent: a lease is counted whatever the request's answer (it commits).
+    fn refund(state: &State, _params: &Params, _now_ms: u64, _token: i64, _cost: u64) -> State {
+        state.clone()
+    }
+
     // concurrency.lua: anonymous leases in a hash {expiry second (unix s) = leases
     // expiring then}; named ones in a sorted set (read as a hash's fields here).
     fn describe(stored: &Stored) -> String {

@@ -122,6 +122,17 @@ impl Model for FixedWindow {
         expires_at_ms(state, params)
     }
 
+    /// The token is the window's start: the count goes down while it is that window.
+    fn refund(state: &State, _params: &Params, _now_ms: u64, token: i64, cost: u64) -> State {
+        if i64::try_from(state.window_start) != Ok(token) {
+            return *state;
+        }
+        State {
+            count: state.count - state.count.min(cost),
+            ..*state
+        }
+    }
+
     // fixed_window.lua: one integer, hits * 2^20 + the window's start (unix s) mod 2^20; a
     // hash {w = window start (unix s), c = hits} from releases before that layout
     // until its next write replaces it.

@@ -89,6 +89,13 @@ impl Model for Gcra {
     }
 
     // gcra.lua: the theoretical arrival time, one number
+    /// The arrival time back by the cost's emission intervals.
+    fn refund(state: &State, params: &Params, _now_ms: u64, _token: i64, cost: u64) -> State {
+        State {
+            tat: state.tat - cost as f64 * params.emission_interval(),
+        }
+    }
+
     fn describe(stored: &Stored) -> String {
         match stored.unpacked(Self::PACKED.unwrap_or_default()).as_deref() {
             Some([tat, _]) => format!("theoretical arrival time {tat} (unix ms)"),

@@ -97,6 +97,19 @@ impl Model for LeakyBucket {
     }
 
     // leaky_bucket.lua: when the queue drains, one number
+    /// A slot is taken back only if no request queued behind it since (the token is the
+    /// drain time this operation left, in microseconds): later requests were already
+    /// spaced after it, and moving the queue forward under them could release two
+    /// closer than W / L.
+    fn refund(state: &State, params: &Params, _now_ms: u64, token: i64, cost: u64) -> State {
+        if (state.tat * 1000.0).floor() as i64 != token {
+            return *state;
+        }
+        State {
+            tat: state.tat - cost as f64 * params.emission_interval(),
+        }
+    }
+
     fn describe(stored: &Stored) -> String {
         match stored.unpacked(Self::PACKED.unwrap_or_default()).as_deref() {
             Some([tat, _]) => format!("queue drains at {tat} (unix ms)"),

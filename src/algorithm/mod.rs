@@ -167,6 +167,20 @@ pub trait Model {
     /// is equivalent to no state at all.
     fn expires_at_ms(state: &Self::State, params: &Params, now_ms: u64) -> u64;
 
+    /// Gives back what an admitted limit of `cost` took from `state`, `token` naming
+    /// the state it took from (what the decision's reply carried: a window's start, a
+    /// log entry's group, a drain time), at `now_ms`: the Lua twin's `refund`, which
+    /// the cluster sends when another group of the request denied it. Nothing when the
+    /// token names a state gone by (the window moved on): a refund may under-admit,
+    /// never over-admit. Only a limit is refunded (a charge or a release commits).
+    fn refund(
+        state: &Self::State,
+        params: &Params,
+        now_ms: u64,
+        token: i64,
+        cost: u64,
+    ) -> Self::State;
+
     /// A counter as the Lua twin stores it (in [`Self::LAYOUT`]), in words.
     fn describe(stored: &Stored) -> String;
 
@@ -370,6 +384,21 @@ macro_rules! algorithms {
                     };
                     (State::$variant(s), d)
                 })+
+            }
+        }
+
+        /// [`Model::refund`] of `state` (another algorithm's state is no state: nothing).
+        pub fn refund(
+            state: &State,
+            params: &Params,
+            now_ms: u64,
+            (token, cost): (i64, u64),
+        ) -> State {
+            match (params.algorithm, state) {
+                $((Algorithm::$variant, State::$variant(s)) => State::$variant(
+                    <$module::$variant as Model>::refund(s, params, now_ms, token, cost),
+                ),)+
+                _ => state.clone(),
             }
         }
 

@@ -48,6 +48,23 @@ fn reset_ms(state: &State, window: u64, now_ms: u64) -> u64 {
     state.hits.front().map_or(0, |&t| t + window - now_ms)
 }
 
+/// Gives back `cost` hits of the group `token` names (its base, in microseconds: the
+/// group's instant, made unique per key in Redis): hits of one millisecond decide
+/// alike, so any of that instant's go.
+pub fn refund(state: &State, token: i64, cost: u64) -> State {
+    let at = u64::try_from(token.div_euclid(1000)).unwrap_or(0);
+    let mut s = state.clone();
+    let mut left = cost;
+    s.hits.retain(|&t| {
+        if left > 0 && t == at {
+            left -= 1;
+            return false;
+        }
+        true
+    });
+    s
+}
+
 pub fn expires_at_ms(state: &State, params: &Params, now_ms: u64) -> u64 {
     state.hits.back().map_or(now_ms, |&t| t + params.window_ms)
 }
@@ -99,6 +116,10 @@ impl Model for SlidingLog {
 
     fn expires_at_ms(state: &State, params: &Params, now_ms: u64) -> u64 {
         expires_at_ms(state, params, now_ms)
+    }
+
+    fn refund(state: &State, _params: &Params, _now_ms: u64, token: i64, cost: u64) -> State {
+        refund(state, token, cost)
     }
 
     // sliding_log.lua: a sorted set, one member per hit still in the window

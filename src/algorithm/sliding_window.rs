@@ -221,6 +221,27 @@ impl Model for SlidingWindow {
         expires_at_ms(state, params)
     }
 
+    /// The token is the window the hits went into: still the stored window's count, or,
+    /// the stored state being this window's, the previous one's (kept as the value
+    /// holds it).
+    fn refund(state: &State, params: &Params, now_ms: u64, token: i64, cost: u64) -> State {
+        let f = frame(params, now_ms);
+        let previous = f.prev_start.unwrap_or(f.start.saturating_sub(f.window));
+        if i64::try_from(state.start) == Ok(token) {
+            State {
+                curr: state.curr - state.curr.min(cost),
+                ..*state
+            }
+        } else if state.start == f.start && i64::try_from(previous) == Ok(token) {
+            State {
+                prev: round_up_prev(state.prev - state.prev.min(cost)),
+                ..*state
+            }
+        } else {
+            *state
+        }
+    }
+
     // sliding_window.lua: one integer, the previous count's code, this window's count
     // and its identity (see the module's note); 0.1 kept a hash {s = window start
     // (unix ms), p = previous, c = current} until its next write replaces it.

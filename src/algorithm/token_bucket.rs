@@ -107,6 +107,14 @@ impl Model for TokenBucket {
     // token_bucket.lua: {t = tokens, a = when t was computed (unix ms)}
     // token_bucket.lua: tokens, when (unix ms) and the expiry's grid step, packed; 0.1
     // kept a hash {t, a} until its next write replaces it.
+    /// The tokens back, never more than the bucket holds.
+    fn refund(state: &State, params: &Params, _now_ms: u64, _token: i64, cost: u64) -> State {
+        State {
+            tokens: (state.tokens + cost as f64).min(params.burst as f64),
+            ..*state
+        }
+    }
+
     fn describe(stored: &Stored) -> String {
         if let Stored::Hash(_) = stored {
             return format!(

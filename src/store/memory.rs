@@ -268,6 +268,21 @@ impl MemoryStore {
         self.decide_batch(ops, true)
     }
 
+    /// Gives back what the admitted limit `op` took, `token` naming the state it took
+    /// from (as the Redis store's refund call does when another slot group of the
+    /// request denied it: `lua/refund.lua`'s twin, for the differential test). The
+    /// counter keeps its expiry, as the script's writes keep their TTL.
+    pub fn refund_now(&self, op: &CounterOp, token: i64) {
+        let now = self.clock.now_millis();
+        let _batch = self.lock();
+        let (Some(slot), Some(state)) = self.current(&op.key, now) else {
+            return;
+        };
+        let state = algorithm::refund(&state, &op.params, now, (token, op.cost));
+        let expires_ms = read(&slot).expires_ms;
+        self.write(&op.key, Some(&slot), Entry { state, expires_ms });
+    }
+
     fn decide_batch(&self, ops: &[CounterOp], dry_run: bool) -> Vec<Decision> {
         let now = self.clock.now_millis();
         let _batch = self.lock();

@@ -8,7 +8,9 @@
 //! carries 1 to 4 requests as segments (some of them dry runs), or a hot counter's
 //! 2 to 21 alike requests (sent as runs), as the standalone batcher sends them; a
 //! concurrency rule's leases anonymous on one counter and named on the other; the
-//! model decides them one after the other. Every decision
+//! model decides them one after the other. Now and then some limits a call admitted
+//! are refunded (`lua/refund.lua` against the models' refunds), as the cluster store
+//! gives them back when another slot group denied the request. Every decision
 //! must agree exactly: allowed, remaining, reset, retry-after and shaping delay.
 
 use crate::common;
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use tollgate::algorithm::{Algorithm, Decision, Mode, Params};
 use tollgate::clock::ManualClock;
 use tollgate::store::memory::MemoryStore;
-use tollgate::store::redis::scripts::{self, Layout, Segment, Via, WireOp};
+use tollgate::store::redis::scripts::{self, Layout, Refund, Segment, Via, WireOp};
 use tollgate::store::{CounterKey, CounterOp};
 
 const OPERATIONS_PER_ALGORITHM: usize = 10_000;
@@ -124,7 +126,7 @@ fn step(rng: &mut Rng, p: &Params) -> u64 {
     }
 }
 
-/// A connection to `redis` with the batch script and the function library loaded,
+/// A connection to `redis` with the batch and refund scripts and the function library loaded,
 /// for calls by EVALSHA or FCALL, as in production.
 pub(crate) async fn loaded_connection(
     redis: &common::redis::RedisStandalone,
@@ -139,6 +141,11 @@ pub(crate) async fn loaded_connection(
         .load_async(&mut conn)
         .await
         .expect("SCRIPT LOAD");
+    let _: String = scripts::REFUND
+        .prepare_invoke()
+        .load_async(&mut conn)
+        .await
+        .expect("SCRIPT LOAD refund");
     load_library(&mut conn).await;
     conn
 }
@@ -240,11 +247,20 @@ async fn run(algorithm: Algorithm, seed: u64) {
                     .query_async(&mut conn)
                     .await
                     .expect("batch script runs");
-            let got: Vec<Decision> = scripts::parse_batch_reply(&reply, n)
-                .expect("well-formed reply")
-                .into_iter()
-                .map(|r| r.decision)
-                .collect();
+            let replies = scripts::parse_batch_reply(&reply, n).expect("well-formed reply");
+            let got: Vec<Decision> = replies.iter().map(|r| r.decision).collect();
+            if got == expected && rng.below(4) == 0 {
+                refund_some(
+                    &mut rng,
+                    (&requests, &dry),
+                    &replies,
+                    &model,
+                    &prefix,
+                    &mut conn,
+                    now,
+                )
+                .await;
+            }
             if got != expected && disagreements.len() < 5 {
                 let shape: Vec<Vec<_>> = requests
                     .iter()
@@ -268,6 +284,54 @@ async fn run(algorithm: Algorithm, seed: u64) {
         algorithm.name(),
         disagreements.join("\n")
     );
+}
+
+/// Gives back some of the limits a call consumed, as the cluster store does when
+/// another slot group of the request denied it: through `lua/refund.lua` with the
+/// token each reply carried, and through the model's [`MemoryStore::refund_now`].
+/// Only what was consumed is refunded: an admitted limit (a charge or a release
+/// commits) of a request neither dry nor denied (a denial consumed nothing).
+async fn refund_some(
+    rng: &mut Rng,
+    (requests, dry): (&[Vec<CounterOp>], &[bool]),
+    replies: &[scripts::Reply],
+    model: &MemoryStore,
+    prefix: &str,
+    conn: &mut redis::aio::MultiplexedConnection,
+    now: u64,
+) {
+    let mut refunds = Vec::new();
+    let mut at = 0;
+    for (ops, &dry) in requests.iter().zip(dry) {
+        let mine = &replies[at..at + ops.len()];
+        at += ops.len();
+        let denied = ops
+            .iter()
+            .zip(mine)
+            .any(|(o, r)| o.vetoes && !r.decision.allowed);
+        if dry || denied {
+            continue;
+        }
+        for (op, reply) in ops.iter().zip(mine) {
+            let consumed = op.mode == Mode::Limit && op.cost > 0 && reply.decision.allowed;
+            if consumed && !op.params.algorithm.counts_denials() && rng.below(2) == 0 {
+                model.refund_now(op, reply.token);
+                refunds.push(Refund {
+                    key: format!("{prefix}{}", op.key.rule),
+                    op: WireOp::new(op),
+                    token: reply.token,
+                });
+            }
+        }
+    }
+    if refunds.is_empty() {
+        return;
+    }
+    let refs: Vec<&Refund> = refunds.iter().collect();
+    let _: i64 = scripts::refund_cmd(&refs, Some(now))
+        .query_async(conn)
+        .await
+        .expect("refund script runs");
 }
 
 /// Every algorithm of the list, each from its own seed (its id), side by side: a new

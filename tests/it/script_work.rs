@@ -211,7 +211,7 @@ async fn a_fixed_window_key_of_0_1_or_another_value_is_read_or_started_over() {
         op: wire[0].clone(),
         token: i64::try_from(today).expect("a start in range"),
     };
-    let _: i64 = scripts::refund_cmd(&[&refund])
+    let _: i64 = scripts::refund_cmd(&[&refund], None)
         .query_async(&mut conn)
         .await
         .expect("refund runs");

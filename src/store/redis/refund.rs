@@ -143,7 +143,7 @@ async fn refund_group(
     abandoned: &Counter,
 ) {
     let refs: Vec<&Refund> = group.iter().collect();
-    let cmd = scripts::refund_cmd(&refs);
+    let cmd = scripts::refund_cmd(&refs, None);
     let mut attempt = 1;
     let failure = loop {
         let call = scripts::evalsha::<_, i64>(&mut connection, &cmd, &scripts::REFUND);

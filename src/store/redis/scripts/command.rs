@@ -235,16 +235,22 @@ pub struct Refund {
     pub token: i64,
 }
 
-/// The refund script's EVALSHA for `refunds` (all on one hash slot).
-pub fn refund_cmd(refunds: &[&Refund]) -> Cmd {
+/// The refund script's EVALSHA for `refunds` (all on one hash slot). `now_ms` is for
+/// tests only, as [`batch_cmd`]'s: production passes `None` and the script reads the
+/// shard's clock.
+pub fn refund_cmd(refunds: &[&Refund], now_ms: Option<u64>) -> Cmd {
     let mut cmd = Cmd::new();
     cmd.arg("EVALSHA").arg(REFUND.get_hash()).arg(refunds.len());
     for refund in refunds {
         cmd.arg(refund.key.as_str());
     }
+    match now_ms {
+        Some(ms) => cmd.arg(ms),
+        None => cmd.arg(""),
+    };
     // A refund follows its batch call at once: the periods around now hold the one
     // its token names.
-    let around = redis_clock_estimate();
+    let around = now_ms.unwrap_or_else(redis_clock_estimate);
     for refund in refunds {
         refund.op.write(&mut cmd, Flag::Continues, around);
         cmd.arg(refund.token);

@@ -237,17 +237,19 @@ fn refund_cmd_is_evalsha_with_the_batch_encoding_then_the_token() {
         .collect();
     let refs: Vec<&Refund> = refunds.iter().collect();
     let text = |s: &str| s.as_bytes().to_vec();
-    // Per operation: its encoding as the batch script reads it, then the token.
+    // The clock ("": the server's), then per operation: its encoding as the batch
+    // script reads it, then the token.
     let expected = [
         text("EVALSHA"),
         text(REFUND.get_hash()),
         text("2"),
         text("a{x}"),
         text("b{x}"),
+        text(""),
         encoded(b'.', 1, [10.0, 60000.0, 10.0, -1.0], 1, 1.0),
         text("7"),
         encoded(b'.', 1, [5.0, 60000.0, 5.0, -1.0], 0, 2.0),
         text("-3"),
     ];
-    assert_eq!(args(&refund_cmd(&refs)), expected);
+    assert_eq!(args(&refund_cmd(&refs, None)), expected);
 }
