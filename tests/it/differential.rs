@@ -1,9 +1,9 @@
 //! The Lua scripts against the Rust models: for every algorithm, at least 10,000
 //! random operations (costs including check-only and impossible ones, batches with
 //! repeated counters and shadow operations, overdraft and quota charges and releases
-//! (`algorithm::Mode`), time standing still, creeping and
-//! jumping) go through `lua/batch.lua` on a real Redis (by FCALL of the function
-//! library or by EVALSHA, at random), with the time injected, and
+//! (`algorithm::Mode`), time standing still, creeping and jumping) go through
+//! `lua/batch.lua` on a real Redis (by FCALL of the function library or by EVALSHA,
+//! its declared-keys or any-slot entry, at random), with the time injected, and
 //! through the memory store (the Rust models) on a manual clock. Each script call
 //! carries 1 to 4 requests as segments (some of them dry runs), or a hot counter's
 //! 2 to 21 alike requests (sent as runs), as the standalone batcher sends them; a
@@ -126,8 +126,8 @@ fn step(rng: &mut Rng, p: &Params) -> u64 {
     }
 }
 
-/// A connection to `redis` with the batch and refund scripts and the function library loaded,
-/// for calls by EVALSHA or FCALL, as in production.
+/// A connection to `redis` with the batch (both entries) and refund scripts and the
+/// function library loaded, for calls by EVALSHA or FCALL, as in production.
 pub(crate) async fn loaded_connection(
     redis: &common::redis::RedisStandalone,
 ) -> redis::aio::MultiplexedConnection {
@@ -136,16 +136,13 @@ pub(crate) async fn loaded_connection(
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
-    let _: String = scripts::BATCH
-        .prepare_invoke()
-        .load_async(&mut conn)
-        .await
-        .expect("SCRIPT LOAD");
-    let _: String = scripts::REFUND
-        .prepare_invoke()
-        .load_async(&mut conn)
-        .await
-        .expect("SCRIPT LOAD refund");
+    for script in [&scripts::BATCH, &scripts::BATCH_ANY_SLOT, &scripts::REFUND] {
+        let _: String = script
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await
+            .expect("SCRIPT LOAD");
+    }
     load_library(&mut conn).await;
     conn
 }
@@ -242,11 +239,17 @@ async fn run(algorithm: Algorithm, seed: u64) {
             } else {
                 Via::Eval
             };
-            let reply: Vec<u8> =
-                scripts::batch_cmd_via((Layout::Declared, via), &segments, Some(now))
-                    .query_async(&mut conn)
-                    .await
-                    .expect("batch script runs");
+            // A third by the any-slot entry (keys in ARGV, what the cluster's ordered
+            // walk sends): on one node its keys are all local, so it must decide alike.
+            let layout = if rng.below(3) == 0 {
+                Layout::AnySlot
+            } else {
+                Layout::Declared
+            };
+            let reply: Vec<u8> = scripts::batch_cmd_via((layout, via), &segments, Some(now))
+                .query_async(&mut conn)
+                .await
+                .expect("batch script runs");
             let replies = scripts::parse_batch_reply(&reply, n).expect("well-formed reply");
             let got: Vec<Decision> = replies.iter().map(|r| r.decision).collect();
             if got == expected && rng.below(4) == 0 {
