@@ -27,6 +27,9 @@ pub enum Error {
     /// A setting (flag or environment variable) that cannot be used.
     #[error("{0}")]
     Settings(String),
+    /// The call was not answered within the server's request timeout.
+    #[error("not answered within the request timeout ({0:?})")]
+    RequestTimeout(std::time::Duration),
 }
 
 impl Error {
@@ -56,6 +59,7 @@ impl From<Error> for tonic::Status {
         match error {
             Error::InvalidRequest(msg) => tonic::Status::invalid_argument(msg),
             Error::Store(e) => tonic::Status::unavailable(format!("rate limit store: {e}")),
+            Error::RequestTimeout(_) => tonic::Status::deadline_exceeded(error.to_string()),
             other => tonic::Status::internal(other.to_string()),
         }
     }

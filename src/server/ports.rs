@@ -53,8 +53,7 @@ fn stay_open(path: &str) -> bool {
 }
 
 fn grpc_timed_out(timeout: Duration) -> http::Response<tonic::body::Body> {
-    let why = format!("not answered within the request timeout ({timeout:?})");
-    tonic::Status::deadline_exceeded(why).into_http()
+    tonic::Status::from(crate::error::Error::RequestTimeout(timeout)).into_http()
 }
 
 fn http_timed_out(timeout: Duration) -> http::Response<axum::body::Body> {

@@ -34,7 +34,7 @@ pub struct At<T> {
 
 /// The newtype name [`At`] asks a deserializer for; only `de.rs` answers it (with the
 /// line, then the value), any other deserializer gives the value alone, at line 0.
-const AT: &str = "$tollgate::config::yaml::At";
+pub(super) const AT: &str = "$tollgate::config::yaml::At";
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for At<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

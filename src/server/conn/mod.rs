@@ -66,7 +66,7 @@ pub const PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// Where a port is in its life, as its connections follow it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(super) enum Phase {
     Serving,
     /// The listener is closed: connections finish their calls (GOAWAY).
     Draining,

@@ -58,7 +58,7 @@ use crate::store::StoreError;
 const MAX_OPS_PER_CALL: usize = 256;
 
 /// What a request gets while the connection is known to be gone.
-const DOWN: &str = "the connection to Redis is lost (reconnecting)";
+pub(super) const DOWN: &str = "the connection to Redis is lost (reconnecting)";
 
 struct Job {
     keys: Vec<String>,
