@@ -18,12 +18,15 @@
 //! ```text
 //! cargo run --release --example redis_instructions -- [--algorithm fixed_window]
 //!     [--descriptors 3] [--per-call 20] [--calls 300] [--keys 100000] [--seed 1]
-//!     [--baseline pipeline] [--cold] [--dump FILE] [--redis-server PATH]
+//!     [--baseline pipeline] [--cold] [--dump FILE] [--redis-server PATH] [--emit DIR]
 //! ```
 //!
 //! `--cold` skips the warm-up: every counter is new. Prints one line: instructions per
 //! decision (per descriptor of a request), and per request. `--dump FILE` keeps
-//! callgrind's dump of the measured calls, for `callgrind_annotate FILE`.
+//! callgrind's dump of the measured calls, for `callgrind_annotate FILE`. `--emit DIR`
+//! starts no server: it writes the function library (`DIR/library.lua`) and the calls
+//! as RESP (`DIR/calls.resp`), for a Lua interpreter that counts the engine's own
+//! instructions line by line (what callgrind shows only as `luaV_execute`).
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -48,6 +51,8 @@ struct Options {
     dump: Option<String>,
     /// The redis-server binary (one built with symbols names the functions).
     redis_server: String,
+    /// Where to write the library and the calls instead of running them.
+    emit: Option<String>,
 }
 
 fn options() -> Result<Options, String> {
@@ -62,6 +67,7 @@ fn options() -> Result<Options, String> {
         cold: false,
         dump: None,
         redis_server: "redis-server".into(),
+        emit: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -83,6 +89,7 @@ fn options() -> Result<Options, String> {
             "--baseline" if value == "pipeline" => o.pipeline = true,
             "--dump" => o.dump = Some(value),
             "--redis-server" => o.redis_server = value,
+            "--emit" => o.emit = Some(value),
             _ => return Err(format!("unknown flag {flag} {value}")),
         }
     }
@@ -239,6 +246,21 @@ fn send(con: &mut redis::Connection, o: &Options, seed: u64) -> Result<(), Strin
     Ok(())
 }
 
+/// `--emit`: the library and one pass of calls, as files.
+fn emit(o: &Options, dir: &str) -> Result<(), String> {
+    let dir = std::path::Path::new(dir);
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::write(dir.join("library.lua"), &scripts::LIBRARY.source).map_err(|e| e.to_string())?;
+    let mut rng = Rng(o.seed | 1);
+    let mut resp = Vec::new();
+    for _ in 0..o.calls {
+        for cmd in call(o, &mut rng) {
+            resp.extend(cmd.get_packed_command());
+        }
+    }
+    std::fs::write(dir.join("calls.resp"), resp).map_err(|e| e.to_string())
+}
+
 fn callgrind_control(server: &Server, flag: &str) -> Result<(), String> {
     let status = Command::new("callgrind_control")
         .arg(flag)
@@ -277,6 +299,13 @@ fn main() {
         eprintln!("redis_instructions: {e}");
         std::process::exit(2)
     });
+    if let Some(dir) = &o.emit {
+        if let Err(e) = emit(&o, dir) {
+            eprintln!("redis_instructions: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let run = || -> Result<u64, String> {
         let (server, mut con) = start(&o.redis_server)?;
         let _: String = redis::cmd("FUNCTION")

@@ -58,6 +58,10 @@ function fixed_window.prepare(p, now_ms)
   current(p, now_ms)
   if p.fw_start ~= start then
     p.fw_set, p.fw_new = nil, int(p.cost * SHIFT + p.fw_low)
+    -- `take`'s one test of an INCRBY's reply: this window's low bits (never 0, which a
+    -- count INCRBY just made from nothing also has) and a count within the limit.
+    p.fw_top, p.fw_hot_low = p.limit * SHIFT + p.fw_low, p.fw_low
+    if p.fw_low == 0 then p.fw_hot_low = -1 end
   end
   p.fw_ttl = nil
   if p.fw_incr == nil then
@@ -241,13 +245,10 @@ function fixed_window.take(key, p, now_ms, injected)
   if not add then return take_odd(key, p) end
   local v = pcall('INCRBY', key, add)
   -- The common outcome inline: a count of this window (its low bits, not 0: a count
-  -- INCRBY may just have made) within the limit.
-  if type(v) == 'number' and v < TWO53 then
-    local low = v % SHIFT
-    if low == p.fw_low and low ~= 0 then
-      local c = (v - low) / SHIFT
-      if c <= p.limit then return p.limit - c, p.fw_reset, 0, p.fw_start end
-    end
+  -- INCRBY may just have made) within the limit (so below 2^53: exact).
+  local top = p.fw_top
+  if type(v) == 'number' and v <= top and v % SHIFT == p.fw_hot_low then
+    return (top - v) / SHIFT, p.fw_reset, 0, p.fw_start
   end
   return taken(key, p, now_ms, injected, v)
 end

@@ -25,6 +25,7 @@ end
 -- decided + n). A token of nil is written later by the module's save (`late_token`):
 -- that decision is in full, and so is the next.
 local function emit(n)
+  local out, r1, r2, r3, r4, REPEAT_FROM = out, r1, r2, r3, r4, REPEAT_FROM
   local at, lr, lt, lk = o, last_reset, last_third, last_token
   for i = 1, n do
     local remaining, reset, third, token = r1[i], r2[i], r3[i], r4[i]

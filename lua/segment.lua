@@ -32,13 +32,6 @@ local function state_of(key, p)
   return s
 end
 
--- The last operation of the segment starting at `first`.
-local function segment_end(first)
-  local last = first
-  while last < count and not ops[last + 1].starts do last = last + 1 end
-  return last
-end
-
 -- Gives back what the fast path took of a segment's first n operations, and out of
 -- the log, when a later operation may not take it (the segment goes the general way).
 local function untake_all(first, n, before)
@@ -54,23 +47,22 @@ local function untake_all(first, n, before)
 end
 
 -- The fast path, for a segment whose every operation may take it: a limit's hits on a
--- module that takes, one request per entry (no run), alone on its counter in the
--- segment (a second operation on one would need the first's tentative state), on a
--- counter the general path holds no state of (that state is written at the end, over
--- what `take` wrote); false, having given back what it took, when one may not. A veto
--- gives back the hits that stayed, and each of those operations answers as a check of
--- its counter without this request (no delay).
-local function fast(first, last)
-  local keys, ops, runs, state, r1, r2, r3, r4 = call_keys, ops, runs, state, r1, r2, r3, r4
-  local n, vetoed, before = 0, false, logged
-  for i = first, last do
+-- module that takes, one request per entry (no run), on a counter the general path
+-- holds no state of (that state is written at the end, over what `take` wrote), in a
+-- request that names each counter once (the flag tollgate sets says so: a second
+-- operation on one would need the first's tentative state); false, having given back
+-- what it took, when one may not. Else its count of operations, the segment's whole
+-- length. A veto gives back the hits that stayed, and each of those operations
+-- answers as a check of its counter without this request (no delay).
+local function fast(first)
+  local keys, ops, runs, state, r1, r2, r3, r4, r5 = call_keys, ops, runs, state, r1, r2, r3, r4, r5
+  if ops[first].repeats then return false end
+  local n, vetoed, before, i = 0, false, logged, first
+  repeat
     local p, key = ops[i], keys[i]
     local take = p.take
     if take == nil or (runs and runs[i] ~= 1) or (state and state[key] ~= nil) then
       return untake_all(first, n, before)
-    end
-    for j = first, i - 1 do
-      if keys[j] == key then return untake_all(first, n, before) end
     end
     n = n + 1
     local remaining, reset, third, token, undo = take(key, p, now_ms, injected)
@@ -81,7 +73,8 @@ local function fast(first, last)
       done[logged + 1], done[logged + 2], done[logged + 3] = key, p, undo
       logged = logged + 3
     end
-  end
+    i = i + 1
+  until i > count or ops[i].starts
   if not vetoed then return n end
   if done then
     for j = before + 1, logged do done[j] = nil end
@@ -179,15 +172,26 @@ local function general_many(first, last)
   return n
 end
 
+-- The last operation of the segment starting at `first` (the general path's).
+local function segment_end(first)
+  local last = first
+  while last < count and not ops[last + 1].starts do last = last + 1 end
+  return last
+end
+
 -- Decides the segment starting at `first` into r1..r4 and emits it; the next
 -- segment's first entry.
 local function segment(first)
+  if ops[first].take then
+    local n = fast(first)
+    if n then
+      emit(n)
+      return first + n
+    end
+  end
   local last = segment_end(first)
-  local n = false
-  if ops[first].take then n = fast(first, last) end
-  if n then
-    -- Taken.
-  elseif first == last and not ops[first].dry then
+  local n
+  if first == last and not ops[first].dry then
     n = general_one(first)
   else
     if runs then

@@ -24,7 +24,7 @@ local function parse_spec(text, now_ms)
   local flag, id, limit, window, burst, max_delay, b, cost = struct.unpack(OP_FORMAT, text)
   local algo = algorithm(id)
   -- Whole numbers only, none negative but max_delay's -1 (a NaN fails every test).
-  if algo == nil or (flag ~= FLAG_START and flag ~= FLAG_DRY and flag ~= FLAG_MORE)
+  if algo == nil or (flag ~= FLAG_START and flag ~= FLAG_DRY and flag ~= FLAG_MORE and flag ~= FLAG_REPEATS)
     or b > BITS_ALL or not (limit >= 0 and window >= 0 and burst >= 0 and cost >= 0 and max_delay >= -1)
     or floor(limit) ~= limit or floor(window) ~= window or floor(burst) ~= burst
     or floor(cost) ~= cost or floor(max_delay) ~= max_delay then
@@ -35,7 +35,8 @@ local function parse_spec(text, now_ms)
   local p = {
     algo = algo, decide = decide, check = algo.decide, limit = limit, window = window,
     burst = burst, max_delay = max_delay, vetoes = b % 2 == 1, cost = cost,
-    starts = flag ~= FLAG_MORE, dry = flag == FLAG_DRY, commits = commits, need = need,
+    starts = flag ~= FLAG_MORE, dry = flag == FLAG_DRY, repeats = flag == FLAG_REPEATS,
+    commits = commits, need = need,
   }
   -- A limit's hits, decided on their own, may take the module's fast path.
   if mode == MODE_LIMIT and flag ~= FLAG_DRY then p.take, p.untake = algo.take, algo.untake end

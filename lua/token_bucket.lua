@@ -30,7 +30,11 @@ end
 function token_bucket.peek(v, p, now_ms)
   if #v ~= PACKED_LEN then return nil end
   local t, a, k = struct.unpack(PACKED, v)
-  return now_ms >= a + ceil_ms((p.burst - t) / (p.limit / p.window)), k * GRID
+  -- `decide`'s test, now >= a + ceil_ms(wait), without its calls: now - a is a whole
+  -- number, which is at least ceil(wait) exactly when it is at least wait.
+  local wait = (p.burst - t) / (p.limit / p.window)
+  if wait > 0 then return now_ms - a >= wait, k * GRID end
+  return now_ms >= a, k * GRID
 end
 
 function token_bucket.load(key, p, now_ms)

@@ -26,6 +26,9 @@ pub mod flag {
     pub const START: u8 = b'+';
     /// The first operation of a request decided as a dry run.
     pub const DRY: u8 = b'-';
+    /// The first operation of a request that names one counter more than once (its
+    /// operations are decided on each other's tentative state: never the fast path).
+    pub const REPEATS: u8 = b'*';
     /// A further operation of the same request (and every refund operation).
     pub const MORE: u8 = b'.';
 }
@@ -125,7 +128,7 @@ pub fn prelude() -> String {
         "-- Generated from src/store/redis/scripts/contract.rs: the contract with tollgate.\n\
          local OP_FORMAT, OP_LEN = '{OP_FORMAT}', {OP_LEN}\n\
          local CALENDAR_FORMAT, CALENDAR_LEN = '{CALENDAR_FORMAT}', {CALENDAR_LEN}\n\
-         local FLAG_START, FLAG_DRY, FLAG_MORE = {}, {}, {}\n\
+         local FLAG_START, FLAG_DRY, FLAG_REPEATS, FLAG_MORE = {}, {}, {}, {}\n\
          local BIT_VETOES, BIT_LEASE, BIT_CALENDAR, BITS_ALL = {}, {}, {}, {}\n\
          local MODE_DIVISOR, MODE_MODULUS = {}, {}\n\
          local {} = {}\n\
@@ -134,6 +137,7 @@ pub fn prelude() -> String {
          local CALL_HEADER, LAYOUTS_0_1 = {CALL_HEADER}, '{LAYOUTS_0_1}'\n",
         flag::START,
         flag::DRY,
+        flag::REPEATS,
         flag::MORE,
         bits::VETOES,
         bits::LEASE,

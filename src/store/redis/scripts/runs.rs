@@ -44,6 +44,8 @@ pub(super) fn entries<'a, K: AsRef<str>>(segments: &[Segment<'a, K>]) -> Vec<Ent
         }
         let mut flag = if segment.dry_run {
             Flag::StartsDry
+        } else if repeats(segment.keys) {
+            Flag::StartsRepeating
         } else {
             Flag::Starts
         };
@@ -59,6 +61,19 @@ pub(super) fn entries<'a, K: AsRef<str>>(segments: &[Segment<'a, K>]) -> Vec<Ent
         }
     }
     out
+}
+
+/// Whether `keys` name one counter more than once. Said here, once per request, so the
+/// script's fast path need not compare each operation's key with the ones before it.
+fn repeats<K: AsRef<str>>(keys: &[K]) -> bool {
+    if keys.len() <= 16 {
+        return keys
+            .iter()
+            .enumerate()
+            .any(|(i, k)| keys[..i].iter().any(|e| e.as_ref() == k.as_ref()));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    !keys.iter().all(|k| seen.insert(k.as_ref()))
 }
 
 #[cfg(test)]
@@ -112,11 +127,12 @@ mod tests {
                 dry_run: true,
             },
             alone(&b, &two),
-            // A request of two operations: two pairs, and neither extends a run.
+            // A request of two operations: two pairs, and neither extends a run; it
+            // names counter a twice, and its first pair says so.
             alone(&pair_keys, &pair_ops),
             alone(&a, &one),
         ];
-        let (plus, minus, dot) = (b'+', b'-', b'.');
+        let (plus, minus, dot, star) = (b'+', b'-', b'.', b'*');
         assert_eq!(
             shape(&entries(&segments)),
             [
@@ -125,7 +141,7 @@ mod tests {
                 ("b", 2, plus, 1),
                 ("b", 2, minus, 1),
                 ("b", 2, plus, 1),
-                ("a", 1, plus, 1),
+                ("a", 1, star, 1),
                 ("a", 1, dot, 1),
                 ("a", 1, plus, 1),
             ]

@@ -62,6 +62,8 @@ pub(super) enum Flag {
     Starts = flag::START as isize,
     /// The first operation of a request decided as a dry run.
     StartsDry = flag::DRY as isize,
+    /// The first operation of a request (not a dry run) naming a counter twice.
+    StartsRepeating = flag::REPEATS as isize,
     /// A further operation of the same request (and every refund operation).
     Continues = flag::MORE as isize,
 }
