@@ -2,8 +2,8 @@
 //! `pipeline_server.rs`): their common flags (where to serve, which Redis, the one
 //! limit and window every descriptor counts against), the connection (redis-rs'
 //! multiplexed `ConnectionManager` on one server, the cluster connection on a
-//! cluster), the server's clock and serving a `RateLimitService`. Each server owns
-//! only how it counts.
+//! cluster), the server's clock and serving a `RateLimitService`, and tollgate's
+//! allocator. Each server owns only how it counts.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -13,6 +13,11 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use tollgate::proto::{RateLimitService, RateLimitServiceServer};
 use tonic::Status;
+
+/// tollgate's allocator (`src/main.rs` says why): like its release profile, a setting
+/// the baselines share with it, so a ratio compares code.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The flags both baselines take, in the same spelling, so `scripts/bench` starts them
 /// alike.
