@@ -17,21 +17,22 @@
 //!
 //! `--window-ms` is the counters' window (scripts/bench gives the bench rules' hour, so
 //! both servers keep the same counters alive); `--limit` the count past which a
-//! descriptor is OVER_LIMIT. It shares only the generated protocol types with tollgate.
+//! descriptor is OVER_LIMIT. It shares only the generated protocol types with tollgate;
+//! its flags, connection and serving are `support/baseline.rs`, shared with
+//! `pipeline_server.rs`.
 
 use std::fmt::Write as _;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
+use redis::aio::ConnectionLike;
 use tollgate::proto::rate_limit_response::{Code, DescriptorStatus};
-use tollgate::proto::{
-    RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitService,
-    RateLimitServiceServer,
-};
+use tollgate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitService};
 use tonic::{Request, Response, Status};
+
+#[path = "support/baseline.rs"]
+mod baseline;
+
+use baseline::{Common, Redis};
 
 /// One fixed-window counter per key: add the hits, start the window's expiry on the
 /// first, return every count (in its own file, so `lua_cost` measures the same text).
@@ -39,39 +40,20 @@ const SCRIPT: &str = include_str!("support/one_script.lua");
 
 #[derive(Parser)]
 struct Args {
-    /// gRPC address to serve on
-    #[arg(default_value = "127.0.0.1:8082")]
-    addr: String,
-    /// redis://HOST:PORT; with --cluster, the nodes, comma-separated
-    #[arg(default_value = "redis://127.0.0.1:6379")]
-    redis: String,
-    /// REDIS names a cluster's nodes: one script per descriptor
-    #[arg(long)]
-    cluster: bool,
+    #[command(flatten)]
+    common: Common,
     /// Standalone: one script per descriptor instead of one per request
     #[arg(long)]
     per_descriptor: bool,
     /// The keys' first word (two servers on one Redis keep their own counters)
     #[arg(long, default_value = "one")]
     prefix: String,
-    /// A descriptor whose count passes this is OVER_LIMIT
-    #[arg(long, default_value_t = 1_000_000_000)]
-    limit: u64,
-    /// The counters' window, in milliseconds
-    #[arg(long, default_value_t = 1000)]
-    window_ms: u64,
-}
-
-/// Where the scripts go.
-enum Redis {
-    Standalone(ConnectionManager),
-    Cluster(ClusterConnection),
 }
 
 struct OneScript {
     redis: Redis,
     script: redis::Script,
-    limit: u64,
+    limit: u32,
     window_ms: u64,
     per_descriptor: bool,
     prefix: String,
@@ -137,11 +119,7 @@ impl RateLimitService for OneScript {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let request = request.into_inner();
         let hits = request.hits_addend.max(1);
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_err(|e| Status::internal(e.to_string()))?
-            .as_millis();
-        let window = u64::try_from(now_ms).unwrap_or(u64::MAX) / self.window_ms.max(1);
+        let window = baseline::now_ms()? / self.window_ms.max(1);
         let keys: Vec<String> = request
             .descriptors
             .iter()
@@ -151,12 +129,12 @@ impl RateLimitService for OneScript {
         let statuses: Vec<DescriptorStatus> = counts
             .iter()
             .map(|&count| DescriptorStatus {
-                code: if count > self.limit {
+                code: if count > u64::from(self.limit) {
                     Code::OverLimit
                 } else {
                     Code::Ok
                 } as i32,
-                limit_remaining: u32::try_from(self.limit.saturating_sub(count))
+                limit_remaining: u32::try_from(u64::from(self.limit).saturating_sub(count))
                     .unwrap_or(u32::MAX),
                 ..Default::default()
             })
@@ -173,23 +151,13 @@ impl RateLimitService for OneScript {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let redis = if args.cluster {
-        let nodes: Vec<&str> = args.redis.split(',').collect();
-        Redis::Cluster(ClusterClient::new(nodes)?.get_async_connection().await?)
-    } else {
-        Redis::Standalone(ConnectionManager::new(redis::Client::open(args.redis)?).await?)
-    };
     let server = OneScript {
-        redis,
+        redis: Redis::connect(&args.common).await?,
         script: redis::Script::new(SCRIPT),
-        limit: args.limit,
-        window_ms: args.window_ms,
+        limit: args.common.limit,
+        window_ms: args.common.window_ms,
         per_descriptor: args.per_descriptor,
         prefix: args.prefix,
     };
-    tonic::transport::Server::builder()
-        .add_service(RateLimitServiceServer::new(server))
-        .serve(args.addr.parse()?)
-        .await?;
-    Ok(())
+    baseline::serve(&args.common.addr, server).await
 }

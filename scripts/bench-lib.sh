@@ -1,6 +1,7 @@
-# Shared by the measurement scripts that start their own Redis (scripts/bench-one,
-# scripts/callgrind-load): sourced, not run. Every process listens on 127.0.0.1 only,
-# and everything started is stopped, and the work directory removed, on exit.
+# Shared by the measurement scripts that start their own Redis (scripts/bench,
+# scripts/bench-one, scripts/callgrind-load): sourced, not run. Every process listens on
+# 127.0.0.1 only, and everything started is stopped, and the work directory removed, on
+# exit.
 
 # bench_lib_start NAME: a work directory ($WORK), the process list ($PIDS) the exit trap
 # stops, and the clock tick ($TICK) of /proc/PID/stat.
@@ -93,4 +94,15 @@ script_stats() {
     local port
     for port in "$@"; do redis-cli -p "$port" info commandstats; done | tr -d '\r' |
         awk -F'[:,=]' '/^cmdstat_(eval|evalsha|fcall)(_ro)?:/ {c += $3; u += $5} END {print c + 0, u + 0}'
+}
+
+# command_stats PORT...: "incrby_calls incrby_usec expire_calls expire_usec", summed over
+# the ports. Commands a script runs count too, and a replica counts what it copies: pass
+# the masters.
+command_stats() {
+    local port
+    for port in "$@"; do redis-cli -p "$port" info commandstats; done | tr -d '\r' |
+        awk -F'[:,=]' '/^cmdstat_incrby:/ {ic += $3; iu += $5}
+                       /^cmdstat_expire:/ {ec += $3; eu += $5}
+                       END {print ic + 0, iu + 0, ec + 0, eu + 0}'
 }

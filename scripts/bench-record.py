@@ -10,7 +10,8 @@
 
 OUTPUT is what the load generator printed: `tollgate bench --json` (tool=bench) or
 h2load's text (tool=h2load). The key=value pairs are scripts/bench's readings around
-it: the server's CPU ticks, Redis' CPU and script counts, tollgate's OK count.
+it: the server's CPU ticks, Redis' CPU, script and INCRBY/EXPIRE counts, tollgate's OK
+count. A server's name is BASE[@BUILD][:ALGORITHM] (`standalone@new:gcra`).
 """
 
 import json
@@ -23,14 +24,18 @@ LABEL = {
     "one-script": "one-script server",
     "one-script-each": "one-script server, a script per descriptor",
     "one-script-cluster": "one-script server + cluster",
+    "pipeline": "pipeline server",
+    "pipeline-cluster": "pipeline server + cluster",
     "memory": "tollgate, memory store",
     "standalone": "tollgate + Redis",
     "twin": "tollgate + Redis, its identical twin",
     "cluster": "tollgate + cluster",
 }
 # Column order of the headline table (variants after their base).
-ORDER = ["standalone", "twin", "one-script", "one-script-each", "cluster", "one-script-cluster", "floor",
-         "memory"]
+ORDER = ["standalone", "twin", "pipeline", "one-script", "one-script-each", "cluster",
+         "pipeline-cluster", "one-script-cluster", "floor", "memory"]
+# The servers whose rules can change algorithm; the baselines count fixed windows.
+TOLLGATE = ("standalone", "twin", "cluster", "memory")
 
 
 def describe(load, uniform_keys, zipf_keys):
@@ -51,9 +56,18 @@ def short(n):
     return str(n)
 
 
+def parts(server):
+    """(base, build, algorithm) of BASE[@BUILD][:ALGORITHM]; build and algorithm "" when
+    absent (no algorithm: the config as it is, fixed windows)."""
+    rest, _, algorithm = server.partition(":")
+    base, _, build = rest.partition("@")
+    return base, build, algorithm
+
+
 def name(server):
-    base, _, variant = server.partition("@")
-    return LABEL.get(base, base) + (f" [{variant}]" if variant else "")
+    base, build, algorithm = parts(server)
+    return (LABEL.get(base, base) + (f", {algorithm}" if algorithm else "")
+            + (f" [{build}]" if build else ""))
 
 
 # ---- one run ----------------------------------------------------------------------
@@ -106,11 +120,16 @@ def record(output, status, fields):
     problems += check_server(f, answered, d)
     calls = max(run["calls"], 1)
     script_calls = int(f["script_calls"])
+    commands = int(f["incrby_calls"]) + int(f["expire_calls"])
     run.update(
         cpu_us=int(f["ticks"]) / float(f["tick"]) / calls * 1e6,
         redis_cpu_us=(float(f["rcpu1"]) - float(f["rcpu0"])) / calls * 1e6,
         script_calls_per_request=script_calls / calls,
         script_us_per_call=int(f["script_usec"]) / script_calls if script_calls else 0.0,
+        incrby_per_request=int(f["incrby_calls"]) / calls,
+        expire_per_request=int(f["expire_calls"]) / calls,
+        command_us_per_call=(int(f["incrby_usec"]) + int(f["expire_usec"])) / commands
+        if commands else 0.0,
         check="ok" if not problems else "; ".join(problems),
     )
     print(json.dumps(run))
@@ -125,7 +144,8 @@ def check_report(report, f):
                         f"(in the measured window: {report['errors']})")
     if totals["answered"] == 0:
         problems.append("nothing answered")
-    if f["tollgate"]:
+    # tollgate and the pipeline server answer with the limit they counted against.
+    if f["tollgate"] or f["commands_per"]:
         if report["answers_without_limit"]:
             problems.append(f"{report['answers_without_limit']} answers carried no limit")
         if totals["over_limit"]:
@@ -145,7 +165,22 @@ def check_server(f, answered, d):
         if int(f["script_calls"]) != answered * per:
             problems.append(f"Redis ran {f['script_calls']} scripts for {answered} calls "
                             f"(one per {f['scripts_per']})")
+    if f["commands_per"]:
+        per = 1 if f["commands_per"] == "request" else d
+        for command in ("incrby", "expire"):
+            if int(f[f"{command}_calls"]) != answered * per:
+                problems.append(f"Redis ran {f[command + '_calls']} {command.upper()} for "
+                                f"{answered} calls (one per {f['commands_per']})")
+        if int(f["script_calls"]):
+            problems.append(f"Redis ran {f['script_calls']} scripts for a server that sends none")
     return problems
+
+
+def redis_calls(r):
+    """What Redis ran per request: scripts, or (none) INCRBY and EXPIRE."""
+    if r["script_calls_per_request"] or not r.get("incrby_per_request"):
+        return f"scripts {r['script_calls_per_request']:.3f}"
+    return f"INCRBY {r['incrby_per_request']:.3f} + EXPIRE {r['expire_per_request']:.3f}"
 
 
 def line():
@@ -153,7 +188,7 @@ def line():
     latency = f"  p99 {r['p99_ms']:.2f} ms" if "p99_ms" in r else ""
     print(f"  {r['load']:<3} {r['kind']:<5} {r['server']:<24} {r['rps']:>8.0f} req/s  "
           f"server {r['cpu_us']:5.1f}  Redis {r['redis_cpu_us']:5.1f} us/req  "
-          f"scripts {r['script_calls_per_request']:.3f}/req{latency}  check: {r['check']}")
+          f"{redis_calls(r)}/req{latency}  check: {r['check']}")
 
 
 def half(path, server, load):
@@ -170,10 +205,12 @@ def read(path):
 
 
 def base_of(server, base):
-    """The server `server` is compared with, of its own build (`cluster@new` ->
-    `standalone@new`)."""
-    _, at, variant = server.partition("@")
-    return base + (at + variant if base in ("standalone", "cluster", "memory") else "")
+    """The server `server` is compared with, of its own build and algorithm
+    (`cluster@new:gcra` -> `standalone@new:gcra`); a baseline has neither."""
+    _, build, algorithm = parts(server)
+    if base not in TOLLGATE:
+        return base
+    return base + (f"@{build}" if build else "") + (f":{algorithm}" if algorithm else "")
 
 
 def ratio(by_round, server, base):
@@ -183,10 +220,19 @@ def ratio(by_round, server, base):
     return statistics.median(ratios) if ratios else None
 
 
+def twin(by_round):
+    """The twin of this load's runs (it runs one algorithm), or None."""
+    return next((s for s in by_round if parts(s)[0] == "twin"), None)
+
+
 def noise(by_round):
-    """The identical pair's ratio (twin / standalone: same binary, same Redis): its
-    median and the lowest and highest of its rounds, or None without a twin."""
-    mine, theirs = by_round.get("twin", {}), by_round.get("standalone", {})
+    """The identical pair's ratio (twin / standalone: same binary, same Redis, same
+    algorithm): its median and the lowest and highest of its rounds, or None without a
+    twin."""
+    t = twin(by_round)
+    if t is None:
+        return None
+    mine, theirs = by_round.get(t, {}), by_round.get(base_of(t, "standalone"), {})
     pair = [mine[r] / theirs[r] for r in mine if theirs.get(r)]
     return (statistics.median(pair), min(pair), max(pair)) if pair else None
 
@@ -198,25 +244,31 @@ def noise_text(by_round):
 
 def ratios(by_round, server):
     """The ratios a server's row shows, as text."""
-    base = server.partition("@")[0]
+    base, build, algorithm = parts(server)
     out = []
+
+    def against(other, label):
+        x = ratio(by_round, server, other)
+        out.append(f"{x:.2f}x {label}" if x else None)
+
     if base == "twin":
         n = noise(by_round)
         return f"{n[0]:.2f}x its identical server (rounds {n[1]:.2f}-{n[2]:.2f})" if n else "-"
-    if base != "one-script":
-        x = ratio(by_round, server, "one-script")
-        out.append(f"{x:.2f}x one-script" if x else None)
+    for baseline in ("pipeline", "one-script"):
+        if base != baseline:
+            against(baseline, baseline)
     if base in ("standalone", "memory") and "one-script-each" in by_round:
-        x = ratio(by_round, server, "one-script-each")
-        out.append(f"{x:.2f}x one-script-each" if x else None)
+        against("one-script-each", "one-script-each")
     if base == "cluster":
-        x = ratio(by_round, server, base_of(server, "standalone"))
-        out.append(f"{x:.2f}x standalone" if x else None)
-        x = ratio(by_round, server, "one-script-cluster")
-        out.append(f"{x:.2f}x one-script cluster" if x else None)
-    if "@" in server:
-        x = ratio(by_round, server, base)
-        out.append(f"{x:.2f}x {base}" if x else None)
+        against(base_of(server, "standalone"), "standalone")
+    if base in ("cluster", "one-script-cluster"):
+        against("pipeline-cluster", "pipeline cluster")
+    if base == "cluster":
+        against("one-script-cluster", "one-script cluster")
+    if algorithm:
+        against(server.partition(":")[0], "fixed window")
+    if build:
+        against(base + (f":{algorithm}" if algorithm else ""), base)
     return ", ".join(x for x in out if x) or "1.00x"
 
 
@@ -237,25 +289,28 @@ def figures(runs, load):
         med = {k: statistics.median(r[k] for r in s["max"]) for k in
                ("rps", "cpu_us", "redis_cpu_us", "script_calls_per_request", "script_us_per_call")} \
             if s["max"] else {}
+        if s["max"]:
+            med.update({k: statistics.median(r.get(k, 0.0) for r in s["max"]) for k in
+                        ("incrby_per_request", "expire_per_request", "command_us_per_call")})
         s["med"] = med
         s["rounds"] = {r["round"]: r["rps"] for r in s["max"]}
     return out
 
 
 def redis_side(server):
-    return server.partition("@")[0] not in ("floor", "memory")
+    return parts(server)[0] not in ("floor", "memory")
 
 
 def columns(servers):
     """Servers in ORDER, each build's beside the others of its kind."""
     def key(server):
-        base = server.partition("@")[0]
-        return (ORDER.index(base) if base in ORDER else len(ORDER), server)
+        base, build, algorithm = parts(server)
+        return (ORDER.index(base) if base in ORDER else len(ORDER), algorithm, build)
     return sorted(servers, key=key)
 
 
 def headline(loads, per_load, servers, args):
-    cols = [s for s in columns(servers) if s != "twin"]
+    cols = [s for s in columns(servers) if parts(s)[0] != "twin"]
     print("| load | identical pair (the noise) | " + " | ".join(name(s) for s in cols) + " |")
     print("|---|---|" + "---|" * len(cols))
     for load in loads:
@@ -281,7 +336,7 @@ def headline(loads, per_load, servers, args):
 def detail(load, f, args):
     print(f"\n### {describe(load, *args)}\n")
     print("| server | req/s (rounds) | ratios | server CPU us/req | Redis CPU us/req | "
-          "script calls/req | us/script call | p50 / p99 / p99.9 ms at half rate | checks |")
+          "Redis calls/req | us/call | p50 / p99 / p99.9 ms at half rate | checks |")
     print("|---|---|---|---|---|---|---|---|---|")
     by_round = {s: f[s]["rounds"] for s in f}
     for s in columns(f):
@@ -291,8 +346,9 @@ def detail(load, f, args):
             continue
         each = ", ".join("%.0f" % v["rounds"][r] for r in sorted(v["rounds"]))
         redis = "-" if not redis_side(s) else "%.1f" % m["redis_cpu_us"]
-        calls = "-" if not redis_side(s) else "%.3f" % m["script_calls_per_request"]
-        usec = "-" if not redis_side(s) else "%.2f" % m["script_us_per_call"]
+        calls = "-" if not redis_side(s) else redis_calls(m)
+        usec = "-" if not redis_side(s) else "%.2f" % (
+            m["script_us_per_call"] if m["script_calls_per_request"] else m["command_us_per_call"])
         h = v["half"]
         lat = "-"
         if h:
@@ -322,7 +378,11 @@ def summary(path, built, uniform_keys, zipf_keys, calls, duration, machine):
           f"--entry-keys 'key{{d}}'`, {duration} s after 1 s of warm-up, a fresh draw each run; "
           f"hot key: `h2load -n {calls} -c 4 -m 16 -t 1`, one fixed body. p99 at half the "
           f"maximum rate: open loop (`tollgate bench --rate`). tollgate and the baselines: "
-          f"{built}.\n")
+          f"{built}. Redis calls per request: script calls (EVAL, EVALSHA, FCALL), or for "
+          f"a server that sends none the masters' INCRBY and EXPIRE; us per call is "
+          f"Redis's own time per such call. The baselines count fixed windows; a tollgate "
+          f"server named with an algorithm (`tollgate + Redis, gcra`) serves "
+          f"benches/config/ with every rule switched to it.\n")
     headline(loads, per_load, servers, args)
     for load in loads:
         detail(load, per_load[load], args)

@@ -1,7 +1,8 @@
 //! `tollgate bench`: a load generator for any `ShouldRateLimit` server (it needs only
 //! the protocol). K HTTP/2 connections; C calls in flight (closed loop) or a fixed
 //! offered rate (open loop, latency from the intended send time); requests with D
-//! descriptors drawn from N keys, uniform or Zipf; a warm-up, then a measured
+//! descriptors drawn from N keys, uniform or Zipf, optionally sharing entries drawn
+//! once per request (one tenant per request, [`workload`]); a warm-up, then a measured
 //! window. Reports throughput, HDR-histogram percentiles, errors by gRPC code and the
 //! OVER_LIMIT share ([`report`]). Bounded in time and count by [`Limits`].
 
@@ -30,6 +31,8 @@ impl Limits {
     pub const MAX_KEYS: u64 = 10_000_000;
     /// As the server's validation (envoyproxy/ratelimit has no bound; tollgate: 64).
     pub const MAX_DESCRIPTORS: usize = 64;
+    /// Entries per descriptor, shared ones included (tollgate's validation: 32).
+    pub const MAX_ENTRIES: usize = 32;
 }
 
 /// How the load is offered.
@@ -89,6 +92,18 @@ impl BenchOptions {
         }
         if w.entry_keys.is_empty() || w.entry_keys.iter().any(String::is_empty) {
             return bad("--entry-keys needs at least one non-empty key");
+        }
+        if w.shared.iter().any(|e| e.key.is_empty()) {
+            return bad("--shared-entry needs a non-empty key");
+        }
+        if w.shared
+            .iter()
+            .any(|e| e.values == 0 || e.values > Limits::MAX_KEYS)
+        {
+            return bad("--shared-entry KEY=N needs N in 1..=10000000");
+        }
+        if w.shared.len() + w.entry_keys.len() > Limits::MAX_ENTRIES {
+            return bad("--shared-entry and --entry-keys give a descriptor at most 32 entries");
         }
         if w.keys == 0 || w.keys > Limits::MAX_KEYS {
             return bad("--keys must be in 1..=10000000");
@@ -172,6 +187,7 @@ pub async fn run(options: BenchOptions) -> Result<Report, String> {
         descriptors: spec.descriptors,
         keys: spec.keys,
         distribution: spec.distribution.to_string(),
+        shared: spec.shared.clone(),
         warmup: options.warmup,
         duration: options.duration,
         measured,

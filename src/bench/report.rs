@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::record::{Recorder, Totals, code_name};
+use super::workload::SharedEntry;
 
 /// Latency percentiles in milliseconds (of answered calls).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -32,6 +33,8 @@ pub struct Report {
     pub descriptors: usize,
     pub keys: u64,
     pub distribution: String,
+    /// Entries every descriptor of a request shares, each drawn once per request.
+    pub shared_entries: Vec<SharedEntry>,
     pub warmup_s: f64,
     /// The measured window as it happened (wall time): shorter than asked when
     /// `--requests` ran out first.
@@ -72,6 +75,7 @@ pub struct Setup {
     pub descriptors: usize,
     pub keys: u64,
     pub distribution: String,
+    pub shared: Vec<SharedEntry>,
     pub warmup: Duration,
     /// The measured window asked for.
     pub duration: Duration,
@@ -130,6 +134,7 @@ impl Report {
             descriptors: setup.descriptors,
             keys: setup.keys,
             distribution: setup.distribution,
+            shared_entries: setup.shared,
             warmup_s: setup.warmup.as_secs_f64(),
             duration_s: round_ms(setup.measured),
             requested_duration_s: setup.duration.as_secs_f64(),
@@ -183,9 +188,22 @@ impl Report {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
+        let shared = if self.shared_entries.is_empty() {
+            String::new()
+        } else {
+            let each: Vec<String> = self
+                .shared_entries
+                .iter()
+                .map(|e| format!("{} of {}", e.key, e.values))
+                .collect();
+            format!(
+                "; in every descriptor, one per request: {}",
+                each.join(", ")
+            )
+        };
         let mut out = format!(
             "target       {} ({load}, {} connection(s))\n\
-             workload     {} descriptor(s)/request, {} keys, {}\n\
+             workload     {} descriptor(s)/request, {} keys, {}{shared}\n\
              measured     {:.3}s after {:.1}s warm-up{}\n\
              requests     {} ({} req/s, {} answered/s)\n\
              latency ms   p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  mean {:.3}\n\
@@ -276,6 +294,10 @@ mod tests {
             descriptors: 1,
             keys: 10,
             distribution: "uniform".into(),
+            shared: vec![SharedEntry {
+                key: "tenant_id".into(),
+                values: 100,
+            }],
             warmup: Duration::from_secs(1),
             duration: Duration::from_secs(100),
             measured: Duration::from_secs(2),
@@ -309,6 +331,10 @@ mod tests {
         assert!(text.contains("measured     2.000s"), "{text}");
         assert!(text.contains("100.0s asked"), "{text}");
         assert!(text.contains("DeadlineExceeded=1"), "{text}");
+        assert!(
+            text.contains("in every descriptor, one per request: tenant_id of 100"),
+            "{text}"
+        );
         let json = serde_json::to_value(&report).expect("serializes");
         assert_eq!(
             json["latency_ms"]["p50"],
@@ -317,5 +343,9 @@ mod tests {
         assert_eq!(json["mode"], "closed");
         assert_eq!(json["totals"]["answered"], 120);
         assert_eq!(json["totals"]["in_flight"], 8);
+        assert_eq!(
+            json["shared_entries"],
+            serde_json::json!([{"key": "tenant_id", "values": 100}])
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! What `tollgate bench` sends: requests for one domain with D descriptors each, every
 //! descriptor's entries carrying a value drawn from N distinct keys, uniformly or by a
-//! Zipf law (a few hot keys, a long tail).
+//! Zipf law (a few hot keys, a long tail); and, as Envoy sends them, entries shared by
+//! all of a request's descriptors (one `tenant_id` in each), drawn once per request.
 
 use crate::proto::rate_limit_descriptor::Entry;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
@@ -41,12 +42,50 @@ impl std::fmt::Display for Distribution {
     }
 }
 
+/// An entry every descriptor of a request carries with the same value, drawn once per
+/// request from `values` distinct ones (by the workload's distribution): Envoy's shape
+/// when each of a route's rate-limit actions starts with the tenant, so a request's
+/// counters are one tenant's.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SharedEntry {
+    pub key: String,
+    pub values: u64,
+}
+
+impl std::str::FromStr for SharedEntry {
+    type Err = String;
+
+    /// `KEY=N`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let Some((key, values)) = text.rsplit_once('=') else {
+            return Err(format!("shared entry '{text}' must be KEY=N"));
+        };
+        match values.parse::<u64>() {
+            Ok(values) if !key.is_empty() => Ok(Self {
+                key: key.to_owned(),
+                values,
+            }),
+            _ => Err(format!(
+                "shared entry '{text}' must be KEY=N, a non-empty key and a number of values"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for SharedEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}", self.key, self.values)
+    }
+}
+
 /// The request shape.
 #[derive(Debug, Clone)]
 pub struct WorkloadSpec {
     pub domain: String,
     /// Descriptors per request.
     pub descriptors: usize,
+    /// Entries every descriptor of a request shares, before its own (in this order).
+    pub shared: Vec<SharedEntry>,
     /// Entry keys of every descriptor, in order (nested descriptors have several).
     pub entry_keys: Vec<String>,
     /// Distinct values per descriptor.
@@ -59,24 +98,58 @@ pub struct WorkloadSpec {
     pub seed: u64,
 }
 
-/// Builds requests; cheap to share between workers (the values and the Zipf table are
-/// computed once).
-pub struct Workload {
-    spec: WorkloadSpec,
+/// Values to draw from, and how.
+struct Pool {
     values: Vec<String>,
     /// Cumulative Zipf weights, normalised to end at 1.0; empty for uniform.
     cdf: Vec<f64>,
 }
 
+impl Pool {
+    fn new(count: u64, distribution: Distribution) -> Self {
+        let count = usize::try_from(count.max(1)).unwrap_or(usize::MAX);
+        let values = (0..count).map(|i| format!("v{i}")).collect();
+        let cdf = match distribution {
+            Distribution::Uniform => Vec::new(),
+            Distribution::Zipf(s) => zipf_cdf(count, s),
+        };
+        Self { values, cdf }
+    }
+
+    fn sample(&self, rng: &mut fastrand::Rng) -> usize {
+        if self.cdf.is_empty() {
+            return rng.usize(..self.values.len());
+        }
+        let u = rng.f64();
+        self.cdf
+            .partition_point(|&c| c < u)
+            .min(self.values.len() - 1)
+    }
+
+    fn draw(&self, rng: &mut fastrand::Rng) -> &str {
+        &self.values[self.sample(rng)]
+    }
+}
+
+/// Builds requests; cheap to share between workers (the values and the Zipf tables are
+/// computed once).
+pub struct Workload {
+    spec: WorkloadSpec,
+    /// Each descriptor's own values.
+    keys: Pool,
+    /// The values of each shared entry, in the spec's order.
+    shared: Vec<Pool>,
+}
+
 impl Workload {
     pub fn new(spec: WorkloadSpec) -> Self {
-        let keys = usize::try_from(spec.keys.max(1)).unwrap_or(usize::MAX);
-        let values = (0..keys).map(|i| format!("v{i}")).collect();
-        let cdf = match spec.distribution {
-            Distribution::Uniform => Vec::new(),
-            Distribution::Zipf(s) => zipf_cdf(keys, s),
-        };
-        Self { spec, values, cdf }
+        let keys = Pool::new(spec.keys, spec.distribution);
+        let shared = spec
+            .shared
+            .iter()
+            .map(|entry| Pool::new(entry.values, spec.distribution))
+            .collect();
+        Self { spec, keys, shared }
     }
 
     pub fn spec(&self) -> &WorkloadSpec {
@@ -92,30 +165,31 @@ impl Workload {
 
     /// One key index, from `rng`.
     pub fn sample(&self, rng: &mut fastrand::Rng) -> usize {
-        if self.cdf.is_empty() {
-            return rng.usize(..self.values.len());
-        }
-        let u = rng.f64();
-        self.cdf
-            .partition_point(|&c| c < u)
-            .min(self.values.len() - 1)
+        self.keys.sample(rng)
     }
 
-    /// A fresh request: each descriptor draws its own key.
+    /// A fresh request: the shared entries drawn once, then each descriptor draws its
+    /// own key.
     pub fn request(&self, rng: &mut fastrand::Rng) -> RateLimitRequest {
+        let shared: Vec<Entry> = self
+            .spec
+            .shared
+            .iter()
+            .zip(&self.shared)
+            .map(|(entry, pool)| Entry {
+                key: entry.key.clone(),
+                value: pool.draw(rng).to_owned(),
+            })
+            .collect();
         let descriptors = (0..self.spec.descriptors)
             .map(|d| {
-                let value = &self.values[self.sample(rng)];
+                let value = self.keys.draw(rng);
+                let own = self.spec.entry_keys.iter().map(|key| Entry {
+                    key: descriptor_key(key, d),
+                    value: value.to_owned(),
+                });
                 RateLimitDescriptor {
-                    entries: self
-                        .spec
-                        .entry_keys
-                        .iter()
-                        .map(|key| Entry {
-                            key: descriptor_key(key, d),
-                            value: value.clone(),
-                        })
-                        .collect(),
+                    entries: shared.iter().cloned().chain(own).collect(),
                     ..Default::default()
                 }
             })
@@ -159,6 +233,7 @@ mod tests {
         WorkloadSpec {
             domain: "bench".into(),
             descriptors: 3,
+            shared: Vec::new(),
             entry_keys: vec!["key".into(), "sub{d}".into()],
             keys,
             distribution,
@@ -218,5 +293,51 @@ mod tests {
         assert_eq!(draws(1, 0), draws(1, 0), "the same seed, the same keys");
         assert_ne!(draws(1, 0), draws(2, 0), "another seed, other keys");
         assert_ne!(draws(1, 0), draws(1, 1), "each stream its own keys");
+    }
+
+    #[test]
+    fn shared_entries_parse() {
+        let entry: SharedEntry = "tenant_id=100".parse().expect("parses");
+        assert_eq!(entry.key, "tenant_id");
+        assert_eq!(entry.values, 100);
+        assert_eq!(entry.to_string(), "tenant_id=100");
+        for bad in ["tenant_id", "=5", "tenant_id=", "tenant_id=many", "t=-1"] {
+            assert!(bad.parse::<SharedEntry>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_shared_entry_is_drawn_once_per_request() {
+        let workload = Workload::new(WorkloadSpec {
+            shared: vec![SharedEntry {
+                key: "tenant_id".into(),
+                values: 5,
+            }],
+            ..spec(Distribution::Uniform, 1_000_000)
+        });
+        let mut rng = fastrand::Rng::with_seed(3);
+        let mut tenants = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let request = workload.request(&mut rng);
+            let tenant = &request.descriptors[0].entries[0];
+            assert_eq!(tenant.key, "tenant_id");
+            for (d, descriptor) in request.descriptors.iter().enumerate() {
+                // The tenant first, the same in every descriptor, then its own entries.
+                let keys: Vec<&str> = descriptor.entries.iter().map(|e| e.key.as_str()).collect();
+                assert_eq!(keys, ["tenant_id", "key", &format!("sub{d}")]);
+                assert_eq!(&descriptor.entries[0], tenant);
+            }
+            // Each descriptor still draws its own key (a million: equal ones are rare).
+            let own: std::collections::BTreeSet<&str> = request
+                .descriptors
+                .iter()
+                .map(|d| d.entries[1].value.as_str())
+                .collect();
+            assert!(own.len() > 1, "{request:?}");
+            tenants.insert(tenant.value.clone());
+        }
+        let expected: std::collections::BTreeSet<String> =
+            (0..5).map(|i| format!("v{i}")).collect();
+        assert_eq!(tenants, expected, "every tenant drawn, none outside 0..5");
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::console;
-use crate::bench::workload::{Distribution, WorkloadSpec};
+use crate::bench::workload::{Distribution, SharedEntry, WorkloadSpec};
 use crate::bench::{self, BenchOptions, Load};
 
 #[derive(Debug, Args)]
@@ -36,6 +36,11 @@ pub struct BenchArgs {
     /// `{d}` becomes the descriptor's index (key{d} -> key0, key1, ...)
     #[arg(long, default_value = "key", value_delimiter = ',')]
     pub entry_keys: Vec<String>,
+    /// An entry every descriptor of a request carries first, its value drawn once per
+    /// request from N values (by --distribution), as Envoy sends one tenant_id in each
+    /// descriptor: a request's counters are one tenant's. Repeat for several
+    #[arg(long = "shared-entry", value_name = "KEY=N")]
+    pub shared_entries: Vec<SharedEntry>,
     /// Distinct values each descriptor draws from (N)
     #[arg(long, short = 'n', default_value_t = 10_000)]
     pub keys: u64,
@@ -99,6 +104,7 @@ impl BenchArgs {
             workload: WorkloadSpec {
                 domain: self.domain.clone(),
                 descriptors: self.descriptors,
+                shared: self.shared_entries.clone(),
                 entry_keys: self.entry_keys.clone(),
                 keys: self.keys,
                 distribution: self.distribution,

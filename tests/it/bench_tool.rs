@@ -2,7 +2,8 @@
 //! keeps its calls in flight and counts them, warm-up included, as the server counted
 //! them (what scripts/bench checks every run against), the open loop holds its offered rate,
 //! OVER_LIMIT answers are counted, a run cut short by `--requests` reports its true
-//! duration and rate, a domain the server does not limit is warned about, and an
+//! duration and rate, a domain the server does not limit is warned about, a shared
+//! entry (one tenant per request) reaches the server in every descriptor, and an
 //! unreachable address fails fast.
 
 use crate::common;
@@ -11,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::bench::workload::{Distribution, WorkloadSpec};
+use tollgate::bench::workload::{Distribution, SharedEntry, WorkloadSpec};
 use tollgate::bench::{self, BenchOptions, Load};
 use tollgate::limiter::LimiterOptions;
 use tollgate::store::memory::MemoryStore;
@@ -40,6 +41,7 @@ fn options(url: String, load: Load, descriptors: usize, keys: u64) -> BenchOptio
         workload: WorkloadSpec {
             domain: "bench".into(),
             descriptors,
+            shared: Vec::new(),
             entry_keys: vec!["key".into()],
             keys,
             distribution: Distribution::Zipf(1.0),
@@ -172,6 +174,49 @@ async fn a_domain_without_limits_is_warned_about() {
     server.stop().await;
 }
 
+/// The hits `metrics` counted on the bench domain's rules whose path names `part`.
+fn rule_hits(metrics: &str, part: &str) -> f64 {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("tollgate_rule_hits_total{domain=\"bench\",rule=\""))
+        .filter(|l| l.split('"').next().is_some_and(|rule| rule.contains(part)))
+        .map(|l| {
+            l.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_entry_makes_each_request_one_tenants() {
+    let server = server().await;
+    // [api_key] alone matches no rule of the bench config; [tenant_id, api_key] is the
+    // nested per-API-key rule under the tenant's (benches/config/bench.yaml).
+    let mut opts = options(server.url(), Load::Closed { concurrency: 4 }, 3, 1000);
+    opts.warmup = Duration::ZERO;
+    opts.max_requests = Some(200);
+    opts.workload.entry_keys = vec!["api_key".into()];
+    let alone = bench::run(opts.clone()).await.expect("the run completes");
+    assert_eq!(alone.answers_without_limit, alone.answered, "{alone:?}");
+
+    opts.workload.shared = vec![SharedEntry {
+        key: "tenant_id".into(),
+        values: 10,
+    }];
+    let report = bench::run(opts).await.expect("the run completes");
+    assert_eq!(report.totals.answered, 200, "{report:?}");
+    assert_eq!(report.answers_without_limit, 0, "{report:?}");
+    assert_eq!(report.warning, None);
+    // Every descriptor of every request counted on the per-API-key rule: 3 hits each.
+    let metrics = server.limiter.metrics().encode().expect("metrics encode");
+    assert_eq!(rule_hits(&metrics, "api_key"), 600.0, "{metrics}");
+    let json = serde_json::to_value(&report).expect("serializes");
+    assert_eq!(json["shared_entries"][0]["key"], "tenant_id");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn an_unreachable_server_fails_fast() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -204,6 +249,16 @@ fn bounds_are_enforced() {
     opts.workload.descriptors = 65;
     assert!(opts.validate().is_err());
     opts.workload.descriptors = 1;
+    opts.workload.shared = vec![SharedEntry {
+        key: "tenant_id".into(),
+        values: 0,
+    }];
+    assert!(opts.validate().is_err(), "a shared entry with no values");
+    opts.workload.shared[0].values = 10;
+    assert!(opts.validate().is_ok());
+    opts.workload.entry_keys = (0..32).map(|i| format!("k{i}")).collect();
+    assert!(opts.validate().is_err(), "33 entries per descriptor");
+    opts.workload.entry_keys = vec!["key".into()];
     opts.load = Load::Open {
         rate: 0.0,
         max_in_flight: 1,
