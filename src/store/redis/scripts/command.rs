@@ -200,8 +200,8 @@ const MAX_DISTINCT: usize = 32;
 /// The distinct operations of `entries` (flag and operation) in order of first use,
 /// and the index argument: byte i the 1-based place of entry i's among them. Why:
 /// a call's operations mostly repeat (same rule, same cost), and each argument costs
-/// Redis a string object and the script a Lua string, together about a tenth of a
-/// decision on distinct counters (callgrind, BENCHMARKS.md, session 12). Past
+/// Redis a string object and the script a Lua string, a share of a decision on
+/// distinct counters worth sparing (BENCHMARKS.md counts it). Past
 /// [`MAX_DISTINCT`] the index is empty and every entry sends its own.
 fn distinct_ops<'a>(entries: &[runs::Entry<'a>]) -> (Vec<u8>, Vec<(Flag, &'a WireOp)>) {
     let mut distinct: Vec<(Flag, &'a WireOp)> = Vec::new();
