@@ -8,6 +8,8 @@ it is a tripwire, not a compiler: it looks for the shapes the rule forbids.
   lines below it in architecture.md's "Layers" drawing (and never its own line's
   neighbours: a line's modules do not import each other);
 - length: no file under src/ passes MAX_LINES lines;
+- lua: no file under lua/ passes LUA_FILE_LINES lines, and no Lua function (from its
+  `function` to its `end`) LUA_FUNCTION_LINES;
 - parent: no module imports (`use super::...`) an item its parent declares without
   any `pub`: what a parent shares with its children it says so, or keeps in a child
   module of its own;
@@ -31,6 +33,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "src")
 MAX_LINES = 400
+LUA = os.path.join(ROOT, "lua")
+LUA_FILE_LINES = 300
+LUA_FUNCTION_LINES = 80
 
 # The files that may write to stdout or stderr themselves, and why.
 WRITERS = {
@@ -160,6 +165,76 @@ def check_length(files):
     return [("length", rel, "") for rel, text in files if text.count("\n") > MAX_LINES]
 
 
+def lua_words(src):
+    """(word, line) for each name or keyword of Lua source, comments and strings left
+    out (long brackets included)."""
+    i, line, n = 0, 1, len(src)
+    while i < n:
+        c = src[i]
+        long = re.match(r"(?:--)?\[(=*)\[", src[i:i + 40])
+        if c == "\n":
+            line += 1
+            i += 1
+        elif long:
+            j = src.find("]" + long.group(1) + "]", i)
+            j = n if j < 0 else j + len(long.group(1)) + 2
+            line += src[i:j].count("\n")
+            i = j
+        elif src.startswith("--", i):
+            j = src.find("\n", i)
+            i = n if j < 0 else j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and src[j] != c:
+                j += 2 if src[j] == "\\" else 1
+            i = j + 1
+        else:
+            m = re.match(r"[A-Za-z_]\w*", src[i:])
+            if m:
+                yield m.group(0), line
+                i += len(m.group(0))
+            else:
+                i += 1
+
+
+def lua_functions(src):
+    """(first line, lines) of every function of Lua source, by matching its blocks:
+    `function`, `if`, `for`/`while` (whose `do` opens no block of its own) and a bare
+    `do` close with `end`, `repeat` with `until`."""
+    stack, out, loops = [], [], 0
+    for word, line in lua_words(src):
+        if word in ("function", "if", "repeat"):
+            stack.append((word, line))
+        elif word in ("for", "while"):
+            stack.append((word, line))
+            loops += 1
+        elif word == "do":
+            if loops:
+                loops -= 1
+            else:
+                stack.append((word, line))
+        elif word in ("end", "until") and stack:
+            kind, start = stack.pop()
+            if kind == "function":
+                out.append((start, line - start + 1))
+    return out
+
+
+def check_lua(_files):
+    found = []
+    for name in sorted(os.listdir(LUA)):
+        if not name.endswith(".lua"):
+            continue
+        rel = "lua/" + name
+        src = open(os.path.join(LUA, name), encoding="utf-8").read()
+        if src.count("\n") > LUA_FILE_LINES:
+            found.append(("lua", rel, f"{src.count(chr(10))} lines"))
+        for start, lines in lua_functions(src):
+            if lines > LUA_FUNCTION_LINES:
+                found.append(("lua", rel, f"a function of {lines} lines at line {start}"))
+    return found
+
+
 ITEM = re.compile(
     r"^(pub(?:\([^)]*\))?\s+)?(?:(?:async|const|unsafe)\s+)*"
     r"(fn|struct|enum|const|static|type|trait|union)\s+([A-Za-z_]\w*)", re.M)
@@ -248,7 +323,7 @@ def problems():
     files = list(sources())
     found = set()
     for rule in (check_layers, check_length, check_parent, check_writers, check_status,
-                 check_algorithm):
+                 check_algorithm, check_lua):
         found.update(rule(files))
     out = []
     for rule, rel, what in sorted(found - set(EXCEPTIONS)):
