@@ -4,13 +4,19 @@
 //! strategy for a request. A request's groups are formed first (`cluster/route.rs`:
 //! one per master, in one global order); this module decides them.
 //!
-//! | strategy | type | picked for | invariant |
-//! |---|---|---|---|
-//! | single group | [`Single`] | one group, consuming or a dry run | all or nothing in one atomic call |
-//! | dry run | [`DryRun`] | a dry run of several groups | consumes nothing |
-//! | race | [`Race`] | every counter leaves its margin: fresh hints, a cold counter's capacity, or the check | never over-admits; a lost race consumes nothing, then walks |
-//! | ordered walk | [`OrderedWalk`] | a counter within its margin; a charge or a release; a lost race | of N identical requests on limit L, exactly min(N, L) admitted |
-//! | second look | [`SecondLook`] | a denial within [`RACE_SHADOW`] of a lost race | decided again by the walk: under-admission narrowed, never over-admission |
+//! The strategies (what picks each; the invariant it keeps):
+//!
+//! - [`Single`]: the request's counters on one master, consuming or a dry run; all or
+//!   nothing in one atomic call.
+//! - [`DryRun`]: a dry run of several groups; consumes nothing.
+//! - [`OrderedWalk`]: a request carrying a charge or a release, a counter within its
+//!   margin, a lost race; of N identical requests on limit L, exactly min(N, L) are
+//!   admitted.
+//! - [`Race`]: every counter leaves its margin after the cost, by fresh hints, a cold
+//!   counter's capacity, or the check; never over-admits, and a lost race is refunded
+//!   and walks.
+//! - [`SecondLook`]: a denial within [`RACE_SHADOW`] of a lost race; decided again by
+//!   the walk, it narrows under-admission and never over-admits.
 //!
 //! The check ([`DryRun::check`]) is not a strategy but the step that chooses between
 //! the race and the walk when no reading lets the request skip it: a dry run of every
@@ -20,7 +26,8 @@
 //! Why types: each strategy is a thing a reader looks for by name (the walk's proof,
 //! the race's margin), and a type is where its invariant can sit beside the only code
 //! that has to keep it. Each borrows the [`Cluster`] (its calls, its hints, its
-//! refund guard's connection) for one request and is consumed by its `decide`.
+//! refund guard's connection) for one request and is consumed by its `decide` (the
+//! walk also has `after_check`, for a request that has no check yet).
 //! Why not a trait: the strategies take different inputs (the walk the check's
 //! replies, the second look a first answer), so a common signature would be a
 //! pretence, and a `dyn` strategy would box one more future per request on the hot
@@ -81,11 +88,13 @@ impl Cluster {
         dry_run: bool,
         deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
+        // One group, consuming or not: one atomic call.
         if let [only] = groups {
             return Single(self)
                 .decide(keys, ops, only, dry_run, deadline)
                 .await;
         }
+        // Several groups, nothing written: all at once.
         if dry_run {
             return DryRun(self).decide(keys, ops, groups, deadline).await;
         }
@@ -102,8 +111,10 @@ impl Cluster {
         if ops.iter().any(CounterOp::commits) {
             return OrderedWalk(self).after_check(req).await;
         }
+        // Otherwise the race or the walk, by the margins; and a denial in the shadow
+        // of a race this process lost, a second look.
         let first = self.race_or_walk(req).await?;
-        SecondLook(self).after(req, first).await
+        SecondLook(self).decide(req, first).await
     }
 
     /// The race when what this process read of the counters shows every margin (no

@@ -49,7 +49,7 @@ pub(super) struct SecondLook<'c>(pub(super) &'c Cluster);
 impl SecondLook<'_> {
     /// `first`, the request's first answer, or the answer of a second look when it was
     /// a denial in a race's shadow.
-    pub(super) async fn after(
+    pub(super) async fn decide(
         self,
         req: Request<'_>,
         first: Vec<Decision>,

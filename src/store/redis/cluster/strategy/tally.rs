@@ -8,21 +8,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// A single group and a dry run are not counted: each has one way to go.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CrossSlotPaths {
-    /// Raced ([`super::Race`]) after fresh hints showed the margins (no check).
+    /// Raced (`Race`, `strategy/race.rs`) after fresh hints showed the margins (no
+    /// check).
     pub hinted: u64,
     /// Raced without a check because some counter had no fresh reading
-    /// (see [`super::super::headroom::Reading::Cold`]).
+    /// (see `Reading::Cold` in `cluster/headroom.rs`).
     pub cold: u64,
     /// Raced after the check showed the margins.
     pub checked: u64,
     /// Raced, a group denied: refunded, then walked in order.
     pub fell_back: u64,
-    /// Walked in order ([`super::OrderedWalk`]) because some counter was within its
-    /// margin.
+    /// Walked in order (`OrderedWalk`, `strategy/walk.rs`) because some counter was
+    /// within its margin.
     pub ordered: u64,
     /// Denied by the check, nothing consumed.
     pub denied: u64,
-    /// Denied soon after a lost race, and decided once more ([`super::SecondLook`]).
+    /// Denied soon after a lost race, and decided once more (`SecondLook`,
+    /// `strategy/second_look.rs`).
     pub second_looks: u64,
     /// Requests (of one group or several) decided again by slot after a call to a
     /// master met a key that master does not serve (`store/redis/misroute.rs`).
