@@ -54,7 +54,6 @@ EXCEPTIONS = {
     ("parent", "src/config/compile/rate_limits.rs", "Compiler"): "compile/mod.rs's compiler",
     ("parent", "src/rlqs/service.rs", "Registration"): "a type of rlqs/mod.rs",
     ("parent", "src/store/redis/batcher/recover.rs", "Health"): "batcher/mod.rs's health flag",
-    ("parent", "src/store/redis/cluster/acquire.rs", "decisions"): "a helper of cluster/mod.rs",
     ("algorithm", "src/rlqs/bucket.rs", "TokenBucket"): "RLQS burst: to be a Model method",
     ("algorithm", "src/rlqs/bucket.rs", "Gcra"): "RLQS burst: to be a Model method",
 }

@@ -10,8 +10,10 @@
 //! three replicas, racing, refunding and walking) never admits more than 100 and
 //! leaves Redis holding exactly what it admitted (not always exactly 100: see there).
 //! Which counters may race at all is in `margins`; a parallel request dropped by its
-//! caller mid-flight, in `dropped`.
+//! caller mid-flight, in `dropped`; which strategy each shape of request gets, in
+//! `dispatch`.
 
+mod dispatch;
 mod dropped;
 mod margins;
 

@@ -41,7 +41,7 @@ use crate::algorithm::Decision;
 use crate::metrics::Metrics;
 use crate::telemetry::ratelimited;
 
-pub use cluster::{CrossSlotPaths, slot_of};
+pub use cluster::{CrossSlotPaths, RACE_SHADOW, slot_of};
 pub use connect::RedisTarget;
 
 /// Bound on one readiness PING.
@@ -178,7 +178,7 @@ impl RedisStore {
         }
     }
 
-    /// Which way multi-slot requests went (cluster only; see `cluster/acquire.rs`).
+    /// Which way multi-slot requests went (cluster only; see `cluster/strategy/`).
     pub fn cross_slot_paths(&self) -> CrossSlotPaths {
         match self.backend.get() {
             Some(Backend::Cluster(cluster)) => cluster.cross_slot_paths(),

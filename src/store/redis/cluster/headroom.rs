@@ -12,7 +12,7 @@
 //! part covers a fast rate on a large limit over the reading's age, at most [`TTL`]:
 //! an eighth of a limit is spent in 50 ms only at a rate of 2.5 limits per second.
 //! A counter within the margin keeps the ordered walk; a margin that is beaten anyway
-//! costs the request a refund and the ordered walk (`cluster/acquire.rs`), never a
+//! costs the request a refund and the ordered walk (`strategy/race.rs`), never a
 //! wrong admission.
 //!
 //! No reservation of what this process has in flight: reserving each racer's cost and

@@ -1,23 +1,21 @@
 //! The Redis Cluster path. A request's counter operations are grouped by the master
 //! serving their slots ([`route`]); each group is decided atomically by one segment of
 //! a batch-script call, which concurrent groups on the same master share
-//! ([`super::slot_batch`]). A request with several groups acquires them all at once
-//! when every counter is far from its limit (or cold), otherwise one after another in
-//! the one global order ([`acquire`], the margin in [`headroom`]); a group that denies
-//! gets the groups already consumed refunded ([`super::refund`]), so a denied request
-//! consumes nothing. A single group is one call; dry runs consume nothing and ask
-//! every group at once. A call that met a key its master does not serve (a slot
-//! moved) decided nothing: the request is decided again by hash slot
-//! ([`super::misroute`]).
+//! ([`super::slot_batch`]). How a request of several groups is decided (a single
+//! group, a dry run, the race, the ordered walk, the second look) is [`strategy`]'s:
+//! one type per strategy, each with its invariant, and the dispatch that picks one;
+//! the margin that lets a request race is [`headroom`]'s. A call that met a key its
+//! master does not serve (a slot moved) decided nothing: the request is decided again
+//! by hash slot ([`super::misroute`]).
 //!
 //! Every group call is bounded by the request's deadline and made under the breaker
 //! of the master serving its slot ([`super::nodes`]): a stalled master fails only
 //! the requests with a group on it.
 
-mod acquire;
+mod detachable;
 mod headroom;
-mod parallel;
 mod route;
+mod strategy;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -40,10 +38,10 @@ use crate::metrics::Metrics;
 use crate::store::breaker::BreakerOptions;
 use crate::store::{CounterOp, NodePing, StoreError};
 
-pub use self::acquire::CrossSlotPaths;
-use self::acquire::PathCounters;
 use self::headroom::Headroom;
 use self::route::{Group, Route};
+pub use self::strategy::{CrossSlotPaths, RACE_SHADOW};
+use self::strategy::{Path, PathCounters, Shadow};
 pub use super::keys::slot_of;
 
 /// A group's timeout counts against its master only when the group had at least
@@ -69,11 +67,13 @@ pub struct Cluster {
     masters: Arc<MasterBatchers>,
     /// One queue per slot, for the groups decided by slot (see [`route`]).
     batchers: Arc<SlotBatchers>,
-    /// What the last replies said each counter still admits (bounded), and what the
-    /// parallel acquisitions in flight hold.
+    /// What the last replies said each counter still admits (bounded): whether a
+    /// request may race.
     headroom: Arc<Headroom>,
     /// Which way multi-group requests went.
     paths: PathCounters,
+    /// When this process last lost a race: a denial soon after gets a second look.
+    shadow: Shadow,
     /// Whether groups are formed per master (the any-slot script loaded), or per
     /// slot only.
     by_master: bool,
@@ -111,6 +111,7 @@ impl Cluster {
             nodes,
             headroom: Arc::new(Headroom::default()),
             paths: PathCounters::default(),
+            shadow: Shadow::default(),
             by_master,
             paths_ready: AtomicBool::new(true),
         }
@@ -151,7 +152,7 @@ impl Cluster {
         self.paths_ready.load(Ordering::Relaxed)
     }
 
-    /// Which way the multi-group requests went so far (see [`acquire`]).
+    /// Which way the multi-group requests went so far (see [`strategy`]).
     pub fn cross_slot_paths(&self) -> CrossSlotPaths {
         self.paths.get()
     }
@@ -180,7 +181,7 @@ impl Cluster {
             // was refunded: decided again, by slot, where redis-rs follows MOVED and
             // ASK. The map is asked for again, so the next requests go right.
             Err(e) if misroute::is(&e) => {
-                self.paths.misrouted();
+                self.paths.count(Path::Misrouted);
                 self.nodes.refresh_soon();
                 let groups = route::group(keys, None);
                 self.decide_groups(keys, ops, &groups, dry_run, deadline)
@@ -188,55 +189,6 @@ impl Cluster {
             }
             other => other,
         }
-    }
-
-    /// Decides `ops` in `groups`, all or nothing across them.
-    async fn decide_groups(
-        &self,
-        keys: &[String],
-        ops: &[CounterOp],
-        groups: &[Group],
-        dry_run: bool,
-        deadline: Instant,
-    ) -> Result<Vec<Decision>, StoreError> {
-        if let [only] = groups {
-            // One slot: one atomic call, nothing to order or refund.
-            let replies = self.group_call(keys, ops, only, dry_run, deadline).await?;
-            return Ok(replies.into_iter().map(|r| r.decision).collect());
-        }
-        if dry_run {
-            let mut replies = vec![None; ops.len()];
-            self.dry_run_groups(keys, ops, groups, deadline, &mut replies)
-                .await?;
-            return Ok(decisions(replies));
-        }
-        self.acquire(keys, ops, groups, deadline).await
-    }
-
-    /// Dry runs of `groups`, concurrently, their replies put into `replies`.
-    async fn dry_run_groups(
-        &self,
-        keys: &[String],
-        ops: &[CounterOp],
-        groups: &[Group],
-        deadline: Instant,
-        replies: &mut [Option<Reply>],
-    ) -> Result<(), StoreError> {
-        let results = join_all(
-            groups
-                .iter()
-                .map(|group| self.group_call(keys, ops, group, true, deadline)),
-        )
-        .await;
-        if let Some(e) = misroute::reported(results.iter().filter_map(|r| r.as_ref().err())) {
-            return Err(e.clone());
-        }
-        for (indices, result) in groups.iter().zip(results) {
-            for (&i, reply) in indices.iter().zip(result?) {
-                replies[i] = Some(reply);
-            }
-        }
-        Ok(())
     }
 
     /// The call deciding the operations of `group` (of `ops`) in its master's (or
@@ -321,10 +273,3 @@ impl Cluster {
 /// One group's call ([`Cluster::group_call`]): owns all it needs, so it can run on
 /// after its request is gone.
 type GroupCall = Pin<Box<dyn Future<Output = Result<Vec<Reply>, StoreError>> + Send + 'static>>;
-
-fn decisions(replies: Vec<Option<Reply>>) -> Vec<Decision> {
-    replies
-        .into_iter()
-        .map(|r| r.expect("every group replied").decision)
-        .collect()
-}
