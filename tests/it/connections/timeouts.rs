@@ -117,14 +117,30 @@ async fn silent_and_idle_connections_are_closed_after_their_timeouts() {
         }
     }
     tokio::task::spawn_blocking(move || {
-        let text = get(served.http, "/metrics");
+        // The client sees a connection closed as the server closes it; the server
+        // counts it right after. Awaited, not read once: on a loaded machine the last
+        // few counts can trail the last close the client saw.
+        let expected = |text: &str| {
+            let open = r#"tollgate_connections_open{port="grpc"}"#;
+            let all_counted = [("grpc", grpc_n), ("http", http_n)]
+                .iter()
+                .all(|&(port, n)| {
+                    ["handshake_timeout", "idle_timeout"]
+                        .iter()
+                        .all(|reason| closes(text, port, reason) >= n as f64)
+                });
+            all_counted && common::prometheus::value(text, open) == 0.0
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut text = get(served.http, "/metrics");
+        while !expected(&text) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            text = get(served.http, "/metrics");
+        }
         for (port, n) in [("grpc", grpc_n), ("http", http_n)] {
             for reason in ["handshake_timeout", "idle_timeout"] {
-                let series = format!(
-                    r#"tollgate_connections_closed_total{{port="{port}",reason="{reason}"}}"#
-                );
-                let counted = common::prometheus::value(&text, &series);
-                assert_eq!(counted, n as f64, "{series}");
+                let counted = closes(&text, port, reason);
+                assert_eq!(counted, n as f64, "{port} port, {reason}");
             }
         }
         let open = common::prometheus::value(&text, r#"tollgate_connections_open{port="grpc"}"#);
@@ -132,6 +148,12 @@ async fn silent_and_idle_connections_are_closed_after_their_timeouts() {
     })
     .await
     .expect("metrics");
+}
+
+/// `tollgate_connections_closed_total` of `port` for `reason`, in `metrics`.
+fn closes(metrics: &str, port: &str, reason: &str) -> f64 {
+    let series = format!(r#"tollgate_connections_closed_total{{port="{port}",reason="{reason}"}}"#);
+    common::prometheus::value(metrics, &series)
 }
 
 /// Out of file descriptors (serve run with a limit of 64): the accepts that fail
