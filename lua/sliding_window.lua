@@ -1,17 +1,11 @@
--- sliding_window.lua: mirrors src/algorithm/sliding_window.rs (its header says what
--- the value holds). State: {start = current window start (ms), prev = previous
--- window's hits, curr = this window's}. estimate = prev x (W - elapsed) / W + curr;
--- admit iff estimate + cost <= L. Stored as one integer (below 2^53):
---   (code(prev) x (CURR_CAP + 1) + curr) x ID_STEPS + id
--- id: which of three consecutive windows (its number mod 3, plus 1; 0 is a key INCRBY
--- just made); code: prev itself below PREV_EXACT, else PREV_EXACT + e x MANTISSA + m
--- for prev rounded up to (MANTISSA + m) x 2^(e + 5). So a hit on this window's count
--- is one INCRBY (take), and the window's TTL, fixed by its start, stays. 0.1 kept a
--- hash {s, p, c}, read until its next write replaces it.
+-- sliding_window.lua: mirrors src/algorithm/sliding_window.rs. State: {start =
+-- current window start (ms), prev = previous window's hits, curr = this window's}.
+-- estimate = prev x (W - elapsed) / W + curr; admit iff estimate + cost <= L. Stored
+-- as one integer (sliding_window_value.lua, assembled before this file), so a hit on
+-- this window's count is one INCRBY (take), and the window's TTL, fixed by its start,
+-- stays. 0.1 kept a hash {s, p, c}, read until its next write replaces it.
 
 local sliding_window = {}
-
-local CURR_MOD, PREV_SCALE = CURR_CAP + 1, (CURR_CAP + 1) * ID_STEPS
 
 -- The window holding the call's clock, kept in the spec (p) for the call: its start,
 -- length, the next one's, the start before it, its number's identity and the one
@@ -31,54 +25,12 @@ function sliding_window.prepare(p, now_ms)
   p.sw_id, p.sw_id_prev = index % 3 + 1, (index - 1) % 3 + 1
   local elapsed = now_ms - p.sw_start
   p.sw_weight, p.sw_reset = (p.sw_window - elapsed) / p.sw_window, p.sw_window - elapsed
-  p.sw_ttl = nil
+  p.sw_ttl, p.sw_fresh = nil, nil
   if p.sw_incr == nil then
     p.sw_incr = p.cost > 0 and p.cost <= p.limit and int(p.cost * ID_STEPS)
     p.sw_decr = p.sw_incr and int(-p.cost * ID_STEPS)
+    p.sw_first = p.cost * ID_STEPS
   end
-end
-
--- The previous count a code stands for, and the code of a (rounded) previous count.
-local function prev_of(code)
-  if code < PREV_EXACT then return code end
-  local m = code - PREV_EXACT
-  return (MANTISSA + m % MANTISSA) * 2 ^ (floor(m / MANTISSA) + 5)
-end
-
-local function code_of(prev)
-  if prev < PREV_EXACT then return prev end
-  local e, scale = 0, 32
-  while ceil(prev / scale) >= 2 * MANTISSA do e, scale = e + 1, scale * 2 end
-  return PREV_EXACT + e * MANTISSA + (ceil(prev / scale) - MANTISSA)
-end
-
--- The previous count the value can hold for prev (round_up_prev in the model).
-local function round_up(prev)
-  return prev_of(code_of(prev))
-end
-
--- The state a value holds, its window told by its identity: this window, the one
--- before (then prev_start tells whether it follows), or none.
-local function state_of(v, p)
-  local id = v % ID_STEPS
-  local rest = (v - id) / ID_STEPS
-  local curr = rest % CURR_MOD
-  local prev = prev_of((rest - curr) / CURR_MOD)
-  local start = -1
-  if id == p.sw_id and id ~= 0 then
-    start = p.sw_start
-  elseif id == p.sw_id_prev and id ~= 0 then
-    start = p.sw_prev or p.sw_start - p.sw_window
-  end
-  return { start = start, prev = prev, curr = curr }
-end
-
-local function value_of(s, p)
-  local curr = s.curr
-  if curr > CURR_CAP then curr = CURR_CAP end
-  local id = p.sw_id
-  if s.start ~= p.sw_start then id = p.sw_id_prev end
-  return int((code_of(s.prev) * CURR_MOD + curr) * ID_STEPS + id)
 end
 
 -- A value's identity holds three windows because its TTL (two windows from its
@@ -208,11 +160,32 @@ local function take_odd(key, p, now_ms, injected)
   return remaining, reset, third, token, nil
 end
 
+-- The decision on a key INCRBY just made, the same for every such key of the spec in
+-- a call (an admission: the cost is within the limit), and the value it writes.
+local function fresh(p, now_ms)
+  local new, remaining, reset, third, token = sliding_window.decide(false, p, now_ms, p.cost)
+  local f = { remaining, reset, third, token, value_of(new, p) }
+  p.sw_fresh = f
+  return f
+end
+
 function sliding_window.take(key, p, now_ms, injected)
   local add = p.sw_incr
   if not add then return take_odd(key, p, now_ms, injected) end
   if injected then expire_injected(key, now_ms) end
   local v = pcall('INCRBY', key, add)
+  -- A key INCRBY just made (its id 0), most keys once a window turns on distinct
+  -- counters: this window's value with its TTL in one SET, decided once per call.
+  if v == p.sw_first and not injected then
+    local f = p.sw_fresh or fresh(p, now_ms)
+    local ttl = p.sw_ttl
+    if ttl == nil then
+      ttl = ttl_ms(p.sw_ttl_at - now_ms)
+      p.sw_ttl = ttl
+    end
+    redis.call('SET', key, f[5], 'PX', ttl)
+    return f[1], f[2], f[3], f[4], false
+  end
   if type(v) == 'number' and v < TWO53 and v % ID_STEPS == p.sw_id then
     local id = p.sw_id
     local rest = (v - id) / ID_STEPS

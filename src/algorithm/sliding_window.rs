@@ -7,7 +7,7 @@
 //! `time_zone` the windows are that zone's calendar periods (`calendar.rs`): W is the
 //! current period's length, and the previous count is the period before's.
 //!
-//! Stored (`lua/sliding_window.lua`) as one integer below 2^53, so a hit is one
+//! Stored (`lua/sliding_window_value.lua`) as one integer below 2^53, so a hit is one
 //! INCRBY: the window's identity (which of three consecutive windows, 1 to 3; 0 is a
 //! key INCRBY just made) in the low [`ID_STEPS`], this window's count above it (up to
 //! [`CURR_CAP`]), and the previous window's count in the 18 bits left: exactly below
@@ -165,7 +165,12 @@ pub struct SlidingWindow;
 impl Model for SlidingWindow {
     const NAME: &'static str = "sliding_window";
     const KEY_NAME: &'static str = "sw";
-    const LUA: &'static str = include_str!("../../lua/sliding_window.lua");
+    // The value's layout in a file of its own, before the module that reads it.
+    const LUA: &'static str = concat!(
+        include_str!("../../lua/sliding_window_value.lua"),
+        "\n",
+        include_str!("../../lua/sliding_window.lua")
+    );
     const USES_BURST: bool = false;
     const MAX_LIMIT: Option<u64> = None;
     const ALLOWS_ZERO_RATE: bool = false;

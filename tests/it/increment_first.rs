@@ -1,7 +1,7 @@
-//! The fixed window's increment-first path (`take` in lua/fixed_window.lua), counted
-//! by Redis itself: a limit's hits on a counter cost one INCRBY when the counter holds
-//! this window already and INCRBY + SET (its TTL) when it starts one, never a read
-//! first; a request vetoed by one of its counters gives back what the others took;
+//! The increment-first paths (`take` in lua/fixed_window.lua and
+//! lua/sliding_window.lua), counted by Redis itself: a limit's hits on a counter cost
+//! one INCRBY when the counter holds this window already and INCRBY + SET (its TTL)
+//! when it starts one, never a read first; a request vetoed by one of its counters gives back what the others took;
 //! and an any-slot call that meets a key its node does not serve (a slot moved away)
 //! fails having kept nothing, so the request decided again by slot counts once.
 
@@ -9,6 +9,7 @@ use crate::common;
 use crate::differential::{load_library, loaded_connection};
 use crate::script_work::fixed_window_op;
 
+use tollgate::algorithm::Algorithm;
 use tollgate::store::redis::scripts::{self, Layout, Segment, Via, WireOp};
 
 use common::redis::command_calls as calls;
@@ -36,14 +37,25 @@ async fn refused_for_a_key_elsewhere(
     assert!(err.to_string().contains("non local key"), "{via:?}: {err}");
 }
 
-#[tokio::test]
-async fn distinct_counters_cost_one_command_each_and_a_veto_keeps_nothing() {
+/// A limit of `limit` a day of `algorithm` (`script_work`'s fixed window, switched).
+fn op_of(algorithm: Algorithm, limit: u64) -> WireOp {
+    let mut op = fixed_window_op(limit);
+    op.params.algorithm = algorithm;
+    op.key.algorithm = algorithm;
+    WireOp::new(&op)
+}
+
+/// On Redis's own clock (no injected time: a new counter's shortcut is taken only
+/// there), 10 new counters of `algorithm` (one that increments first) and then the
+/// same 10 again: no read first, one INCRBY per decision, one SET per new counter (its
+/// value and TTL), the answers a model gives on no state and on one hit.
+async fn distinct_counters_of(algorithm: Algorithm, ttl_bound_ms: i64) {
     let redis =
         common::redis::custom::private_standalone("increment_first").expect("private redis");
     let port = redis.port();
     let mut conn = loaded_connection(&redis).await;
     let keys: Vec<[String; 1]> = (0..10).map(|i| [format!("inc:k{i}")]).collect();
-    let one = [limit_op(1000)];
+    let one = [op_of(algorithm, 1000)];
     let segments: Vec<Segment<'_, String>> = keys
         .iter()
         .map(|k| Segment {
@@ -58,20 +70,55 @@ async fn distinct_counters_cost_one_command_each_and_a_veto_keeps_nothing() {
             .await
             .expect("batch script runs");
         let replies = scripts::parse_batch_reply(&reply, 10).expect("well-formed reply");
-        assert!(replies.iter().all(|r| r.decision.remaining == 1000 - call));
-        assert_eq!(calls(port, "get"), 0, "call {call}: no read first");
+        let name = algorithm.name();
+        assert!(
+            replies.iter().all(|r| r.decision.remaining == 1000 - call),
+            "{name}, call {call}: {replies:?}"
+        );
+        assert_eq!(calls(port, "get"), 0, "{name}, call {call}: no read first");
         assert_eq!(
             calls(port, "incrby"),
             10 * call,
-            "call {call}: one INCRBY each"
+            "{name}, call {call}: one INCRBY each"
         );
         // A new counter's window (and TTL) is one SET, the first call's only.
-        assert_eq!(calls(port, "set"), 10, "call {call}");
+        assert_eq!(calls(port, "set"), 10, "{name}, call {call}");
     }
     for k in &keys {
         let ttl = common::redis::redis_cli(port, &["PTTL", &k[0]]);
         let ttl: i64 = ttl.trim().parse().expect("PTTL");
-        assert!(ttl > 0 && ttl <= 86_400_000, "{}: PTTL {ttl}", k[0]);
+        assert!(ttl > 0 && ttl <= ttl_bound_ms, "{}: PTTL {ttl}", k[0]);
+    }
+}
+
+#[tokio::test]
+async fn a_sliding_window_costs_one_command_a_decision_too() {
+    // Its TTL: two windows from the window's start.
+    distinct_counters_of(Algorithm::SlidingWindow, 2 * 86_400_000).await;
+}
+
+#[tokio::test]
+async fn distinct_counters_cost_one_command_each_and_a_veto_keeps_nothing() {
+    distinct_counters_of(Algorithm::FixedWindow, 86_400_000).await;
+    let redis =
+        common::redis::custom::private_standalone("increment_first").expect("private redis");
+    let port = redis.port();
+    let mut conn = loaded_connection(&redis).await;
+    let keys: Vec<[String; 1]> = (0..10).map(|i| [format!("inc:k{i}")]).collect();
+    let one = [limit_op(1000)];
+    let segments: Vec<Segment<'_, String>> = keys
+        .iter()
+        .map(|k| Segment {
+            keys: k,
+            ops: &one,
+            dry_run: false,
+        })
+        .collect();
+    for _ in 0..2 {
+        let _: Vec<u8> = scripts::batch_cmd(&segments, None)
+            .query_async(&mut conn)
+            .await
+            .expect("batch script runs");
     }
 
     // A request of three counters, the last at its limit: denied whole, and the two
