@@ -5,11 +5,13 @@
 -- KEYS[1]  the bucket: a hash of running totals ("born", "w" weights of the live
 --          claims, "kw" and "k" those with a known demand and their count, "l" live
 --          claims, "a" tokens assigned, "s" live claims short of their share, "n" claim
---          records) and one field per claim, "c:<name>" -> "owner weight known seen
---          held hold_until pend pend_until short" (seen -1: not live).
+--          records), one field per claim, "c:<name>" -> "owner weight known seen held
+--          hold_until pend pend_until short since waiter waiter_seen last" (seen -1:
+--          not live, last: the last report still; waiter "-": none), and one per client
+--          id known to be shared, "x:<name>" -> until when (ms).
 -- KEYS[2]  each claim's next deadline (a sorted set: claim name by time in ms).
--- ARGV     op ("claim" or "release"), name, alias, owner, weight ("" unknown), tokens,
---          stale_ms, hold_ms, grace_ms, key TTL ms
+-- ARGV     op ("claim" or "release"), name, alias, owner, weight ("" unknown),
+--          resumed (0/1), tokens, stale_ms, hold_ms, grace_ms, key TTL ms
 -- Returns  claim: {tokens granted, live claims, age of the bucket in ms, on alias 0/1,
 --          short of the division's share 0/1};
 --          release: 0
@@ -21,9 +23,9 @@ local SCALE, FLOOR_PERCENT, HYSTERESIS_PERCENT, EXPIRE_BATCH = 1000000, 5, 5, 16
 
 local key, due_key = KEYS[1], KEYS[2]
 local op, name, alias, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local weight_arg, tokens = tonumber(ARGV[5]), tonumber(ARGV[6])
-local stale_ms, hold_ms, grace_ms = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local key_ttl = tonumber(ARGV[10])
+local weight_arg, resumed, tokens = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7])
+local stale_ms, hold_ms, grace_ms = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local key_ttl = tonumber(ARGV[11])
 if (op ~= 'claim' and op ~= 'release') or not name or name == '' or not alias
     or alias == '' or not owner or owner == '' or not tokens or not stale_ms
     or not hold_ms or not grace_ms or not key_ttl then
@@ -56,39 +58,41 @@ local function get(n)
     local v = redis.call('HGET', key, 'c:' .. n)
     stored[n] = false
     if v then
-      local o, w, k, s, h, hu, p, pu, sh = string.match(v,
-        '^(%S+) (%d+) ([01]) (%-?%d+) (%d+) (%d+) (%d+) (%d+) ([01])$')
+      local o, w, k, s, h, hu, p, pu, sh, si, wt, ws, l = string.match(v, '^(%S+) (%d+) '
+        .. '([01]) (%-?%d+) (%d+) (%d+) (%d+) (%d+) ([01]) (%d+) (%S+) (%d+) (%d+)$')
       stored[n] = true
       local seen = tonumber(s)
       if seen < 0 then seen = nil end
       work[n] = { owner = o, weight = tonumber(w), known = k == '1', seen = seen,
         held = tonumber(h), hold_until = tonumber(hu), pend = tonumber(p),
-        pend_until = tonumber(pu), short = sh == '1' }
+        pend_until = tonumber(pu), short = sh == '1', since = tonumber(si),
+        waiter = nil, waiter_seen = tonumber(ws), last = tonumber(l) }
+      if wt ~= '-' then work[n].waiter = wt end
     end
   end
   return work[n]
 end
+-- A claim put back, or dropped at once when nothing is left of it (not live, nothing
+-- held): claims.rs `put`.
 local touched = {}
 local function set(n, c)
   get(n)
+  if c and c.seen == nil and c.held == 0 and c.pend == 0 then c = nil end
   work[n] = c
   touched[#touched + 1] = n
 end
 local function new_claim(o)
   return { owner = o, weight = 0, known = false, seen = nil, held = 0, hold_until = 0,
-    pend = 0, pend_until = 0, short = false }
+    pend = 0, pend_until = 0, short = false, since = now, waiter = nil, waiter_seen = 0,
+    last = 0 }
 end
 
--- The claim passes to this owner; what it holds stays counted as given back until
--- its hold ends (claims.rs `pass_on`).
-local function pass_on(c)
+-- The claim is now this owner's (claims.rs `pass_to`).
+local function pass_to(c)
   if c.owner ~= owner then
     c.owner = owner
-    if c.held > 0 then
-      c.pend = c.pend + c.held
-      c.pend_until = math.max(c.pend_until, c.hold_until)
-      c.held = 0
-    end
+    c.since = now
+    c.waiter = nil
   end
 end
 
@@ -137,12 +141,23 @@ local function expire()
   end
 end
 
--- Whether the report goes on the alias: the id's claim is another live stream's
--- (claims.rs `choose`).
+-- Whether the report goes on the alias, marking the id shared when the report shows it
+-- is (claims.rs `choose`).
 local function choose()
   if alias == name then return false end
+  local a = get(alias)
   local c = get(name)
-  return c ~= nil and c.owner ~= owner and c.seen ~= nil and now - c.seen < stale_ms
+  if c == nil or c.owner == owner then return false end
+  local renewed = a ~= nil and a.owner == owner and math.max(c.since, c.last) > a.since
+  local other_waiter = c.waiter ~= nil and c.waiter ~= owner and now - c.waiter_seen < stale_ms
+  if not resumed or renewed or other_waiter then
+    redis.call('HSET', key, 'x:' .. name, string.format('%d', now + hold_ms + stale_ms))
+    return true
+  end
+  c.waiter, c.waiter_seen = owner, now
+  set(name, c)
+  local shared = tonumber(redis.call('HGET', key, 'x:' .. name))
+  return (c.seen ~= nil and now - c.seen < stale_ms) or (shared ~= nil and now < shared)
 end
 
 -- The alias claim of this owner into the name's claim (claims.rs `merge`).
@@ -152,7 +167,7 @@ local function merge()
   leave(from)
   set(alias, nil)
   local into = get(name) or new_claim(owner)
-  pass_on(into)
+  pass_to(into)
   into.held = into.held + from.held
   into.hold_until = math.max(into.hold_until, from.hold_until)
   into.pend = into.pend + from.pend
@@ -189,14 +204,14 @@ local function claim()
   if on_alias then k = alias end
   if not on_alias and alias ~= name then merge() end
   local c = get(k) or new_claim(owner)
-  pass_on(c)
+  pass_to(c)
   leave(c)
   local w = weight_arg
   if w == nil then
     if T.known > 0 then w = idiv(T.known_weights, T.known) else w = SCALE end
   end
   if T.live > 0 then w = math.max(w, idiv(T.weights * FLOOR_PERCENT, 100 * T.live)) end
-  c.weight, c.known, c.seen = w, weight_arg ~= nil, now
+  c.weight, c.known, c.seen, c.last = w, weight_arg ~= nil, now, now
   join(c)
   local granted, desired, lo = share(c)
   c.short = granted < lo
@@ -230,9 +245,9 @@ local function release()
 end
 
 -- Writes every touched claim (or drops it when it has no deadline left: not live,
--- nothing held), then the totals.
+-- nothing held) and the totals, in one HSET.
 local function flush()
-  local done = {}
+  local done, sets = {}, {}
   for _, n in ipairs(touched) do
     if not done[n] then
       done[n] = true
@@ -254,8 +269,10 @@ local function flush()
         local known, short = '0', '0'
         if c.known then known = '1' end
         if c.short then short = '1' end
-        redis.call('HSET', key, 'c:' .. n, string.format('%s %d %s %d %d %d %d %d %s',
-          c.owner, c.weight, known, seen, c.held, c.hold_until, c.pend, c.pend_until, short))
+        sets[#sets + 1] = 'c:' .. n
+        sets[#sets + 1] = string.format('%s %d %s %d %d %d %d %d %s %d %s %d %d', c.owner,
+          c.weight, known, seen, c.held, c.hold_until, c.pend, c.pend_until, short, c.since,
+          c.waiter or '-', c.waiter_seen, c.last)
         redis.call('ZADD', due_key, due, n)
         if not stored[n] then T.records = T.records + 1 end
       end
@@ -266,10 +283,13 @@ local function flush()
     redis.call('DEL', key, due_key)
     return
   end
-  redis.call('HSET', key, 'born', string.format('%d', born), 'w', string.format('%d', T.weights),
-    'kw', string.format('%d', T.known_weights), 'k', string.format('%d', T.known),
-    'l', string.format('%d', T.live), 'a', string.format('%d', T.assigned),
-    's', string.format('%d', T.short), 'n', string.format('%d', T.records))
+  local totals = { 'born', born, 'w', T.weights, 'kw', T.known_weights, 'k', T.known,
+    'l', T.live, 'a', T.assigned, 's', T.short, 'n', T.records }
+  for i = 2, #totals, 2 do
+    sets[#sets + 1] = totals[i - 1]
+    sets[#sets + 1] = string.format('%d', totals[i])
+  end
+  redis.call('HSET', key, unpack(sets))
   redis.call('PEXPIRE', key, key_ttl)
   redis.call('PEXPIRE', due_key, key_ttl)
 end

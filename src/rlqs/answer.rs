@@ -3,7 +3,8 @@
 //! - a grant of zero: a denying assignment (`DENY_ALL`) until the next division;
 //! - a resumed bucket nothing has been sent for on this stream: nothing, until the
 //!   grant is the stream's whole share (its Envoy still enforces its old assignment,
-//!   which the ledger still counts on the old claim) or a TTL has passed;
+//!   which the ledger still counts on the old claim), or until just before that old
+//!   assignment can run out (then whatever is granted, zero included);
 //! - a resumed bucket of a ledger younger than a report period (a memory ledger after
 //!   a restart: it has not heard every Envoy yet): nothing, for that report;
 //! - no grant (the ledger did not answer): the last assignment again, with a TTL
@@ -14,8 +15,10 @@
 use std::time::{Duration, Instant};
 
 use super::assign;
+use super::bucket::bucket_id;
 use super::ledger::{Granted, LedgerError};
-use super::stream::{BucketState, Step, StreamState, bucket_id};
+use super::options::DELIVERY_MARGIN;
+use super::stream::{BucketState, Step, StreamState};
 use super::{Rlqs, bucket::Shared};
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use crate::proto::envoy::r#type::v3::rate_limit_strategy::Strategy;
@@ -76,9 +79,15 @@ pub(super) fn answer(
     }
     // A resumed bucket's Envoy enforces its old assignment, which the ledger counts
     // on its old claim until its TTL runs out: rather than cut it to what is free
-    // now, wait for the stream's whole share, for at most a TTL.
-    let waiting = bucket.resumed && bucket.sent.is_none() && now < bucket.first_seen + ttl;
-    if waiting && (granted.partial || granted.tokens == 0) {
+    // now, wait for the stream's whole share. Not past the old assignment's end,
+    // though (its last renewal came at most a report period before this stream):
+    // then Envoy would fall to its no_assignment_behavior, often ALLOW_ALL.
+    // Only on a claim of the stream's own, though: a claim taken over holds the
+    // Envoy's old assignment itself, so what it is granted must reach the Envoy.
+    let wait = ttl.saturating_sub(rlqs.options.report_period + DELIVERY_MARGIN);
+    let waiting = bucket.resumed && bucket.sent.is_none() && now < bucket.first_seen + wait;
+    let own_claim = granted.on_alias || state.name == state.own;
+    if waiting && own_claim && (granted.partial || granted.tokens == 0) {
         return None;
     }
     let sent = Sent {

@@ -21,10 +21,17 @@
 //! Names: a stream without a client id claims under its own name. With a client id,
 //! it claims under the id's name, unless another live stream holds that claim: then
 //! under its own alias, so streams sharing an id (one Envoy config for a fleet) are
-//! told apart. A claim whose stream has ended or gone stale passes to the next stream
-//! of its id, its weight and name but not its tokens: an id may be shared, so the
-//! tokens may be another Envoy's assignment, and they stay counted (as tokens given
-//! back, [`Timing::grace_ms`] no shorter) until their hold runs out.
+//! told apart. A stream that resumes the bucket (Envoy reconnected: its first report
+//! covers time before the stream) takes the id's claim over, tokens included, once
+//! the claim's stream has ended or gone stale: they are its own Envoy's assignment,
+//! and taking them spares it a wait for their hold. Unless the id is known to be
+//! shared: presented by a stream new to the bucket while another held the claim, or
+//! the claim renewed by its stream after this one began on its alias (two streams of
+//! the id alive at once; the stream an Envoy reconnected from never reports again), or
+//! two streams resuming the bucket both waiting for the claim. Then the tokens may be
+//! another Envoy's assignment, and they wait out their hold.
+//! Envoy reports every 5 s, so a live stream is never stale: the takeover rests on a
+//! client id that no two Envoys share without ever reporting the bucket together.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -57,6 +64,8 @@ pub struct Report<'a> {
     pub owner: &'a str,
     /// Its weight ([`share::weight`]); `None`: not known yet.
     pub weight: Option<u64>,
+    /// Whether its first report of the bucket covered time before the stream.
+    pub resumed: bool,
     /// L: tokens per window.
     pub tokens: u64,
 }
@@ -79,18 +88,24 @@ pub struct Grant {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Claim {
     owner: String,
+    /// Since when `owner` has held it.
+    since: u64,
     weight: u64,
     known: bool,
     /// Last report, while the claim is live (reporting); `None` once it is not.
     seen: Option<u64>,
+    /// Last report, live or not.
+    last: u64,
     held: u64,
     hold_until: u64,
-    /// Tokens given back (or held for a stream that has passed the claim on),
-    /// reusable from `pend_until`.
+    /// Tokens given back, reusable from `pend_until`.
     pend: u64,
     pend_until: u64,
     /// Live, and granted less than its target rounded down at its last report.
     short: bool,
+    /// The stream resuming the bucket that waits to take it over, and when it last
+    /// asked.
+    waiter: Option<(String, u64)>,
     /// Its place in [`Claims::due`].
     due: u64,
 }
@@ -110,6 +125,8 @@ pub struct Claims {
     short: u64,
     claims: BTreeMap<String, Claim>,
     due: BTreeSet<(u64, String)>,
+    /// Client ids known to be presented by several Envoys, until when.
+    shared: BTreeMap<String, u64>,
 }
 
 impl Claims {
@@ -124,6 +141,7 @@ impl Claims {
             short: 0,
             claims: BTreeMap::new(),
             due: BTreeSet::new(),
+            shared: BTreeMap::new(),
         }
     }
 
@@ -159,16 +177,15 @@ impl Claims {
     /// Records `report` and returns its grant.
     pub fn claim(&mut self, report: &Report<'_>, timing: &Timing, now: u64) -> Grant {
         self.expire(timing, now);
-        let on_alias = self.choose(report, timing.stale_ms, now);
+        let on_alias = self.choose(report, timing, now);
         let key = if on_alias { report.alias } else { report.name };
         if !on_alias && report.alias != report.name {
-            self.merge(report.alias, report.name, report.owner);
+            self.merge(report.alias, report.name, report.owner, now);
         }
-        let mut claim = self.take(key).unwrap_or_else(|| Claim::new(report.owner));
-        if claim.owner != report.owner {
-            claim.owner = report.owner.to_owned();
-            claim.pass_on();
-        }
+        let mut claim = self
+            .take(key)
+            .unwrap_or_else(|| Claim::new(report.owner, now));
+        claim.pass_to(report.owner, now);
         self.leave(&mut claim);
         let weight = match report.weight {
             Some(w) => w,
@@ -178,6 +195,7 @@ impl Claims {
         claim.weight = share::floored(weight, self.weights, self.live);
         claim.known = report.weight.is_some();
         claim.seen = Some(now);
+        claim.last = now;
         self.join(&claim);
         let target = share::target(report.tokens, claim.weight, self.weights, self.live);
         let free = report.tokens.saturating_sub(self.assigned);
@@ -225,21 +243,50 @@ impl Claims {
         }
     }
 
-    /// Whether the report goes on the stream's alias: its id's claim is another
-    /// live stream's.
-    fn choose(&self, report: &Report<'_>, stale_ms: u64, now: u64) -> bool {
-        report.alias != report.name
-            && self.claims.get(report.name).is_some_and(|claim| {
-                claim.owner != report.owner
-                    && claim
-                        .seen
-                        .is_some_and(|seen| now.saturating_sub(seen) < stale_ms)
-            })
+    /// Whether the report goes on the stream's alias, marking the id shared when
+    /// the report shows it is (see the module docs).
+    fn choose(&mut self, report: &Report<'_>, timing: &Timing, now: u64) -> bool {
+        if report.alias == report.name {
+            return false;
+        }
+        let alias_since = self
+            .claims
+            .get(report.alias)
+            .filter(|a| a.owner == report.owner)
+            .map(|a| a.since);
+        let Some(claim) = self.claims.get_mut(report.name) else {
+            return false;
+        };
+        if claim.owner == report.owner {
+            return false;
+        }
+        // Taken or renewed by its stream after this one began on its alias.
+        let renewed_since = |since| claim.since.max(claim.last) > since;
+        let live = |seen: u64| now.saturating_sub(seen) < timing.stale_ms;
+        // Another stream resuming the bucket and waiting for the claim: two Envoys.
+        let other_waiter = claim
+            .waiter
+            .as_ref()
+            .is_some_and(|(w, seen)| w != report.owner && live(*seen));
+        if !report.resumed || alias_since.is_some_and(renewed_since) || other_waiter {
+            // Remembered beside the claims (the claim may go and come back) for as
+            // long as tokens granted meanwhile can be held.
+            let until = now + timing.hold_ms + timing.stale_ms;
+            self.shared.insert(report.name.to_owned(), until);
+            return true;
+        }
+        claim.waiter = Some((report.owner.to_owned(), now));
+        let owner_live = claim.seen.is_some_and(live);
+        owner_live
+            || self
+                .shared
+                .get(report.name)
+                .is_some_and(|&until| now < until)
     }
 
     /// Moves what the alias claim of `owner` holds into `name`'s claim (the stream
     /// is back on its id's claim): one Envoy, one assignment.
-    fn merge(&mut self, alias: &str, name: &str, owner: &str) {
+    fn merge(&mut self, alias: &str, name: &str, owner: &str, now: u64) {
         if self.claims.get(alias).is_none_or(|a| a.owner != owner) {
             return;
         }
@@ -247,11 +294,8 @@ impl Claims {
             return;
         };
         self.leave(&mut from);
-        let mut into = self.take(name).unwrap_or_else(|| Claim::new(owner));
-        if into.owner != owner {
-            into.owner = owner.to_owned();
-            into.pass_on();
-        }
+        let mut into = self.take(name).unwrap_or_else(|| Claim::new(owner, now));
+        into.pass_to(owner, now);
         into.held += from.held;
         into.hold_until = into.hold_until.max(from.hold_until);
         into.pend += from.pend;
@@ -338,28 +382,30 @@ impl Claims {
 }
 
 impl Claim {
-    fn new(owner: &str) -> Self {
+    fn new(owner: &str, now: u64) -> Self {
         Self {
             owner: owner.to_owned(),
+            since: now,
             weight: 0,
             known: false,
             seen: None,
+            last: 0,
             held: 0,
             hold_until: 0,
             pend: 0,
             pend_until: 0,
             short: false,
+            waiter: None,
             due: 0,
         }
     }
 
-    /// The claim passes to another stream: what it holds may be the old stream's
-    /// Envoy's assignment, so it stays counted until its hold ends, as given back.
-    fn pass_on(&mut self) {
-        if self.held > 0 {
-            self.pend += self.held;
-            self.pend_until = self.pend_until.max(self.hold_until);
-            self.held = 0;
+    /// The claim is now `owner`'s (a takeover, when it was another's).
+    fn pass_to(&mut self, owner: &str, now: u64) {
+        if self.owner != owner {
+            self.owner = owner.to_owned();
+            self.since = now;
+            self.waiter = None;
         }
     }
 }

@@ -13,6 +13,8 @@ use crate::rlqs::share::SCALE;
 
 /// Envoy 1.40's timing: 5 s reports, a 30 s TTL, 2 s margins.
 const TTL_MS: u64 = 30_000;
+/// How long a resumed stream waits for its whole share (`answer.rs`).
+const WAIT_MS: u64 = TTL_MS - 5_000 - 2_000;
 const TIMING: Timing = Timing {
     stale_ms: 15_000,
     hold_ms: TTL_MS + 2_000,
@@ -25,6 +27,7 @@ fn report<'a>(name: &'a str, weight: Option<u64>, tokens: u64) -> Report<'a> {
         alias: name,
         owner: name,
         weight,
+        resumed: false,
         tokens,
     }
 }
@@ -102,45 +105,72 @@ fn an_ended_stream_keeps_its_tokens_until_its_hold_runs_out() {
 #[test]
 fn streams_sharing_a_client_id_are_told_apart() {
     let mut claims = Claims::new(0);
-    let on = |owner: &'static str| Report {
+    let on = |owner: &'static str, resumed| Report {
         name: "client:fleet",
         alias: owner,
         owner,
         weight: Some(SCALE),
+        resumed,
         tokens: 600,
     };
     let mut total = 0;
     for (i, owner) in ["o1", "o2", "o3"].into_iter().enumerate() {
-        let g = claims.claim(&on(owner), &TIMING, i as u64);
+        let g = claims.claim(&on(owner, false), &TIMING, i as u64);
         assert_eq!(g.on_alias, i > 0);
         total += g.tokens;
     }
     assert_eq!(total, 600, "one limit, not three");
+    // o1's stream goes stale; o2 reconnects (resumed): the id is shared, so o2 may
+    // not take o1's tokens, which o1's Envoy may still enforce.
+    let g = claims.claim(&on("o2", true), &TIMING, 20_000);
+    assert!(g.on_alias);
 }
 
 #[test]
-fn a_claim_passes_on_without_its_tokens() {
+fn a_reconnected_envoy_takes_over_its_own_claim() {
     let mut claims = Claims::new(0);
     let on = |owner: &'static str| Report {
         name: "client:e1",
         alias: owner,
         owner,
         weight: Some(SCALE),
+        resumed: owner != "s1",
         tokens: 600,
     };
     assert_eq!(claims.claim(&on("s1"), &TIMING, 0).tokens, 600);
-    // s1 dies without a word; a stream of the same id reports 5 s later: s1 may be
-    // alive, so the new stream claims on its alias.
+    // s1 dies without a word; the Envoy reconnects as s2 and reports 5 s later.
     let g = claims.claim(&on("s2"), &TIMING, 5_000);
-    assert!(g.on_alias && g.partial);
-    // s1 is stale: the id's claim passes to s2, and s1's tokens (its Envoy may
-    // still enforce them: the id may be another Envoy's too) wait out their hold.
+    assert!(g.on_alias && g.partial, "s1 might still be alive");
     let g = claims.claim(&on("s2"), &TIMING, 15_000);
-    assert!(!g.on_alias && g.partial);
-    assert_eq!((g.tokens, g.streams), (0, 1));
+    assert!(!g.on_alias && !g.partial);
+    assert_eq!((g.tokens, g.streams), (600, 1), "its own tokens, at once");
     assert_eq!(claims.len(), 1, "the alias merged into the id's claim");
-    let g = claims.claim(&on("s2"), &TIMING, TIMING.hold_ms + 1);
-    assert_eq!((g.tokens, g.partial), (600, false));
+    // Ended cleanly, a stream is taken over at once.
+    claims.release("client:e1", "s2", "s2", &TIMING, 16_000);
+    let g = claims.claim(&on("s3"), &TIMING, 17_000);
+    assert_eq!((g.tokens, g.on_alias), (600, false));
+}
+
+#[test]
+fn a_claim_renewed_while_another_stream_waits_is_shared() {
+    let mut claims = Claims::new(0);
+    let on = |owner: &'static str, resumed| Report {
+        name: "client:twin",
+        alias: owner,
+        owner,
+        weight: Some(SCALE),
+        resumed,
+        tokens: 600,
+    };
+    claims.claim(&on("a", false), &TIMING, 0);
+    // b resumes beside a live a: told apart, not yet known to be another Envoy.
+    assert!(claims.claim(&on("b", true), &TIMING, 1_000).on_alias);
+    // a reports after b began: two live streams, so the id is shared, and when a
+    // goes stale b may not take its tokens over.
+    claims.claim(&on("a", false), &TIMING, 5_000);
+    claims.claim(&on("b", true), &TIMING, 6_000);
+    let g = claims.claim(&on("b", true), &TIMING, 21_000);
+    assert!(g.on_alias, "{g:?}");
 }
 
 /// One Envoy of the simulation.
@@ -249,6 +279,7 @@ impl Sim {
                 alias: &own,
                 owner: &own,
                 weight,
+                resumed: e.resumed,
                 tokens: self.tokens,
             },
             &TIMING,
@@ -259,8 +290,9 @@ impl Sim {
             e.resumed
         ));
         e.had_bucket = true;
-        let waiting = e.resumed && !e.sent && now < e.first_seen + TTL_MS;
-        if waiting && (granted.partial || granted.tokens == 0) {
+        let waiting = e.resumed && !e.sent && now < e.first_seen + WAIT_MS;
+        let own_claim = granted.on_alias || name == own;
+        if waiting && own_claim && (granted.partial || granted.tokens == 0) {
             return;
         }
         e.sent = true;

@@ -11,14 +11,14 @@
 //! The state lives behind its registration's lock (so `/rlqs` can read it), taken
 //! twice per message and never across the ledger calls between.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
 use super::answer::Sent;
-use super::bucket::{self, Target};
+use super::bucket::{self, BucketKey, Target};
 use super::budget::bucket_bytes;
 use super::error::RlqsError;
 use super::ledger::{ClaimRequest, Granted, LedgerError, Report};
@@ -27,12 +27,9 @@ use super::view::BucketView;
 use super::{Rlqs, StreamEntry};
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use crate::proto::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use crate::telemetry::ratelimited;
-
-/// A bucket's entries in key order: its identity within the stream.
-pub(super) type BucketKey = Box<[(Box<str>, Box<str>)]>;
 
 /// What one stream knows of one of its buckets.
 pub(super) struct BucketState {
@@ -64,8 +61,9 @@ pub(super) struct Step {
     /// This report made the bucket, and it was resumed.
     pub first_resumed: bool,
     pub abandon: bool,
-    /// The ledger's part, when the bucket is shared: its key and the weight.
-    claim: Option<(Box<str>, Option<u64>)>,
+    /// The ledger's part, when the bucket is shared: its key, the weight, whether
+    /// the bucket was resumed.
+    claim: Option<(Box<str>, Option<u64>, bool)>,
 }
 
 pub(super) struct StreamState {
@@ -113,7 +111,8 @@ impl StreamState {
         let config = rlqs.limiter.config();
         let mut steps = Vec::with_capacity(got);
         for (index, usage) in (0u64..).zip(message.bucket_quota_usages) {
-            let key = validate(index, usage.bucket_id.as_ref(), options.max_bucket_id_bytes)?;
+            let key =
+                bucket::validate(index, usage.bucket_id.as_ref(), options.max_bucket_id_bytes)?;
             let entries: BTreeMap<String, String> = key
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -132,7 +131,7 @@ impl StreamState {
                     let weight = state
                         .demand
                         .map(|d| share::weight(d, shared.tokens, shared.window_secs));
-                    Some((shared.ledger_key.clone().into(), weight))
+                    Some((shared.ledger_key.clone().into(), weight, state.resumed))
                 }
                 _ => None,
             };
@@ -327,7 +326,7 @@ async fn claim_all(
             }
             return None;
         }
-        let (key, weight) = step.claim.as_ref()?;
+        let (key, weight, resumed) = step.claim.as_ref()?;
         let tokens = step.target.kind.as_ref().ok()?.tokens;
         let request = ClaimRequest {
             key,
@@ -336,6 +335,7 @@ async fn claim_all(
                 alias: own,
                 owner: own,
                 weight: *weight,
+                resumed: *resumed,
                 tokens,
             },
             timing,
@@ -369,40 +369,4 @@ pub(super) async fn metered<T>(
         }
     }
     result
-}
-
-/// A bucket id that can be used: present, non-empty keys and values, within the size
-/// bound. Returns its entries in key order.
-fn validate(index: u64, id: Option<&BucketId>, max_bytes: usize) -> Result<BucketKey, RlqsError> {
-    let bad = |why: String| RlqsError::BadBucket { index, why };
-    let id = id.ok_or_else(|| bad("no bucket_id".into()))?;
-    if id.bucket.is_empty() {
-        return Err(bad("the bucket_id has no entries".into()));
-    }
-    let bytes: usize = id.bucket.iter().map(|(k, v)| k.len() + v.len()).sum();
-    if bytes > max_bytes {
-        return Err(bad(format!(
-            "the bucket_id has {bytes} bytes; at most {max_bytes} (--rlqs-max-bucket-id-bytes)"
-        )));
-    }
-    if id.bucket.iter().any(|(k, v)| k.is_empty() || v.is_empty()) {
-        return Err(bad("a bucket_id key or value is empty".into()));
-    }
-    let mut entries: Vec<(Box<str>, Box<str>)> = id
-        .bucket
-        .iter()
-        .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
-        .collect();
-    entries.sort_unstable();
-    Ok(entries.into_boxed_slice())
-}
-
-/// The `BucketId` Envoy sent, from its entries.
-pub(super) fn bucket_id(key: &BucketKey) -> BucketId {
-    BucketId {
-        bucket: key
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<HashMap<_, _>>(),
-    }
 }

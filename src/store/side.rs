@@ -7,11 +7,17 @@
 //! queues behind a batch of decisions, and the rate-limit path's breaker and metrics
 //! (`tollgate_backend_*`) keep describing the counters alone. The caller meters its
 //! calls (the RLQS ledger: `tollgate_rlqs_ledger_*`).
+//!
+//! These calls are background work beside the rate-limit path, on the same Redis:
+//! at most [`IN_FLIGHT`] are in Redis at once (a burst of them, 2,000 Envoys
+//! reporting after a restart, waits here rather than in Redis's one queue ahead of
+//! every decision), and the scripts are loaded once when the connection is made (a
+//! burst of calls meeting NOSCRIPT would each load them).
 
 use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, Script};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 
 use super::StoreError;
 use super::breaker::{BreakerOptions, CircuitBreaker};
@@ -19,6 +25,10 @@ use super::redis::connect::{self, Connection, RedisOptions};
 
 /// Between two connection attempts after a failure.
 const RECONNECT_EVERY: Duration = Duration::from_secs(1);
+
+/// Calls in Redis at once, at most: a decision queued behind them waits a few of their
+/// run times, never a burst's.
+pub const IN_FLIGHT: usize = 4;
 
 /// The connection once made (clones share it), and when it was last tried.
 #[derive(Default)]
@@ -31,26 +41,34 @@ pub struct SideCalls {
     options: RedisOptions,
     breaker: CircuitBreaker,
     slot: Mutex<Slot>,
+    in_flight: Semaphore,
+    /// Loaded on every new connection.
+    scripts: Vec<&'static Script>,
 }
 
 impl SideCalls {
-    /// Checks the settings now; connects on the first call. `node` names the breaker
-    /// in its log lines.
+    /// Checks the settings now; connects (and loads `scripts`) on the first call.
+    /// `node` names the breaker in its log lines.
     pub fn new(
         options: &RedisOptions,
         breaker: BreakerOptions,
         node: &str,
+        scripts: Vec<&'static Script>,
     ) -> Result<Self, StoreError> {
         connect::check(options).map_err(StoreError::Unavailable)?;
         Ok(Self {
             options: options.clone(),
             breaker: CircuitBreaker::new(node, breaker, None),
             slot: Mutex::default(),
+            in_flight: Semaphore::new(IN_FLIGHT),
+            scripts,
         })
     }
 
-    /// Runs `script` (EVALSHA, loading it on NOSCRIPT) on `keys` and `args`, within
-    /// the store's timeout, under the breaker.
+    /// Runs `script` (EVALSHA, loading it on NOSCRIPT) on `keys` and `args` under the
+    /// breaker, within the store's timeout once connected. The wait for a turn (see
+    /// [`IN_FLIGHT`]; the first calls also wait for the connection) is bounded apart
+    /// and never counts against Redis in the breaker: it is this process's queue.
     pub async fn script<T: FromRedisValue>(
         &self,
         script: &Script,
@@ -58,9 +76,15 @@ impl SideCalls {
         args: &[&str],
     ) -> Result<T, StoreError> {
         let timeout = self.options.timeout;
+        let queue = self.options.connect_timeout + timeout;
+        let _turn = tokio::time::timeout(queue, self.in_flight.acquire())
+            .await
+            .map_err(|_| StoreError::Timeout(queue))?
+            .map_err(|_| StoreError::Unavailable("closed".into()))?;
         self.breaker
             .call(async {
                 let mut connection = self.connection().await?;
+                let deadline = tokio::time::Instant::now() + timeout;
                 let mut invocation = script.prepare_invoke();
                 for key in keys {
                     invocation.key(*key);
@@ -68,7 +92,8 @@ impl SideCalls {
                 for arg in args {
                     invocation.arg(*arg);
                 }
-                match tokio::time::timeout(timeout, invocation.invoke_async(&mut connection)).await
+                match tokio::time::timeout_at(deadline, invocation.invoke_async(&mut connection))
+                    .await
                 {
                     Ok(Ok(value)) => Ok(value),
                     Ok(Err(e)) => {
@@ -84,12 +109,13 @@ impl SideCalls {
     }
 
     /// The connection, made now if there is none and the last attempt is a second
-    /// old. A caller waits for another's attempt no longer than the store's timeout.
+    /// old. A caller waits for another's attempt (at most the connect timeout: the
+    /// first burst of calls must not all time out behind the first connection).
     async fn connection(&self) -> Result<Connection, StoreError> {
-        let timeout = self.options.timeout;
-        let mut slot = tokio::time::timeout(timeout, self.slot.lock())
+        let wait = self.options.connect_timeout;
+        let mut slot = tokio::time::timeout(wait, self.slot.lock())
             .await
-            .map_err(|_| StoreError::Timeout(timeout))?;
+            .map_err(|_| StoreError::Timeout(wait))?;
         if let Some(c) = &slot.connection {
             return Ok(c.clone());
         }
@@ -99,13 +125,21 @@ impl SideCalls {
             ));
         }
         slot.tried = Some(Instant::now());
-        let made = tokio::time::timeout(
-            self.options.connect_timeout,
-            connect::connect(&self.options),
-        )
-        .await
-        .map_err(|_| StoreError::Timeout(self.options.connect_timeout))?
-        .map_err(StoreError::Unavailable)?;
+        let connect_timeout = self.options.connect_timeout;
+        let connecting = async {
+            let mut made = connect::connect(&self.options).await?;
+            for script in &self.scripts {
+                script
+                    .load_async(&mut made)
+                    .await
+                    .map_err(|e| format!("cannot load a script: {}", connect::describe(&e)))?;
+            }
+            Ok::<_, String>(made)
+        };
+        let made = tokio::time::timeout(connect_timeout, connecting)
+            .await
+            .map_err(|_| StoreError::Timeout(connect_timeout))?
+            .map_err(StoreError::Unavailable)?;
         slot.connection = Some(made.clone());
         Ok(made)
     }

@@ -26,6 +26,7 @@ mod e2e_xds;
 mod envoy_gateway;
 mod interop_python;
 mod rlqs;
+mod rlqs_load;
 mod rlqs_measure;
 mod xds_plane;
 mod xds_sotw;

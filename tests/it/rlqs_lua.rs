@@ -1,6 +1,7 @@
 //! The Lua twin of a bucket's claims (`lua/rlqs.lua`) against the Rust model
 //! (`rlqs::claims`): random reports (unknown, zero, liar and random weights; client
-//! ids shared by several streams, so aliases and claims passing on; limits from 1 to
+//! ids shared by several streams, resumed or not, so aliases, takeovers and ids marked
+//! shared; limits from 1 to
 //! thousands), releases and waits long enough for claims to go stale, holds to run out
 //! and tokens given back to come free, sent to the script on the harness's Redis and
 //! applied to the model at the script's own clock. Every grant, live count, age and
@@ -102,6 +103,7 @@ async fn the_lua_ledger_keeps_claims_as_the_rust_model() {
                 2 => Some(SCALE),
                 _ => Some(rng.u64(0..=SCALE)),
             };
+            let resumed = rng.bool();
             tokio::time::sleep(Duration::from_millis(rng.u64(0..70))).await;
             let context =
                 format!("round {round} call {call}: {own} as {name}, {weight:?} of {tokens}");
@@ -137,6 +139,7 @@ async fn the_lua_ledger_keeps_claims_as_the_rust_model() {
                 alias: &own,
                 owner: &own,
                 weight,
+                resumed,
                 tokens,
             };
             let request = ClaimRequest {
@@ -147,12 +150,19 @@ async fn the_lua_ledger_keeps_claims_as_the_rust_model() {
             let granted = ledger.claim(request).await.expect("the script answers");
             let claim = if granted.on_alias { &own } else { &name };
             let now = claimed_at(&mut con, &key, claim).await;
+            let before = model.clone();
             let mut claims = model.take().unwrap_or_else(|| Claims::new(now));
             let grant = claims.claim(&report, &TIMING, now);
-            assert!(
-                same(&granted, &grant),
-                "{context} at {now} ms: Redis {granted:?}, model {grant:?}"
-            );
+            if !same(&granted, &grant) {
+                let hash: Vec<String> = redis::cmd("HGETALL")
+                    .arg(&key)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                panic!(
+                    "{context} at {now} ms: Redis {granted:?}, model {grant:?}\nRedis now: {hash:?}\nmodel before: {before:?}"
+                );
+            }
             let redis = totals(&mut con, &key).await;
             assert_eq!(redis, Some(claims.totals()), "{context}: totals");
             model = Some(claims);

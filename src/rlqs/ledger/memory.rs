@@ -88,10 +88,9 @@ impl MemoryLedger {
     }
 }
 
-/// What a bucket with `claims` claims costs (claim names are bounded by the client id's
-/// 128 bytes and a stream's own name, so a fixed figure per claim covers them).
+/// What a bucket with `claims` claims costs.
 fn charge(key: &str, claims: usize) -> u64 {
-    LEDGER_BUCKET_BYTES + key.len() as u64 + claims as u64 * (CLAIM_BYTES + 2 * 160)
+    LEDGER_BUCKET_BYTES + key.len() as u64 + claims as u64 * CLAIM_BYTES
 }
 
 impl Ledger for MemoryLedger {
@@ -136,6 +135,7 @@ mod tests {
                 alias: stream,
                 owner: stream,
                 weight: Some(crate::rlqs::share::SCALE),
+                resumed: false,
                 tokens: 600,
             },
             timing: TIMING,
@@ -161,12 +161,12 @@ mod tests {
 
     #[test]
     fn a_new_bucket_that_does_not_fit_is_refused() {
-        let ledger = MemoryLedger::new(Arc::new(Budget::new(1_000)));
+        let ledger = MemoryLedger::new(Arc::new(Budget::new(700)));
         let t0 = Instant::now();
         ledger.claim_at(&request("b", "a"), t0).unwrap();
         assert!(matches!(
             ledger.claim_at(&request("c", "a"), t0),
-            Err(LedgerError::Full(1_000))
+            Err(LedgerError::Full(700))
         ));
     }
 }

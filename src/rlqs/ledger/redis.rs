@@ -30,7 +30,8 @@ pub struct RedisLedger {
 impl RedisLedger {
     /// Checks the settings now; connects on first use.
     pub fn new(options: &RedisOptions, breaker: BreakerOptions) -> Result<Self, String> {
-        let calls = SideCalls::new(options, breaker, NODE).map_err(|e| e.to_string())?;
+        let calls =
+            SideCalls::new(options, breaker, NODE, vec![&*SCRIPT]).map_err(|e| e.to_string())?;
         Ok(Self { calls })
     }
 }
@@ -61,6 +62,7 @@ impl Ledger for RedisLedger {
                 report.alias,
                 report.owner,
                 &weight,
+                if report.resumed { "1" } else { "0" },
                 &tokens,
             ];
             args.extend(timing.iter().map(String::as_str));
@@ -89,7 +91,7 @@ impl Ledger for RedisLedger {
         Box::pin(async move {
             let due = due_key(key);
             let timing = timing_args(&timing);
-            let mut args: Vec<&str> = vec!["release", name, alias, owner, "", "0"];
+            let mut args: Vec<&str> = vec!["release", name, alias, owner, "", "0", "0"];
             args.extend(timing.iter().map(String::as_str));
             let _: i64 = self.calls.script(&SCRIPT, &[key, &due], &args).await?;
             Ok(())
