@@ -1,4 +1,4 @@
--- RLQS: one bucket's claims in Redis (src/rlqs/claims.rs and src/rlqs/share.rs are the
+-- RLQS: one bucket's claims in Redis (src/rlqs/claims/ and src/rlqs/share.rs are the
 -- Rust twin: the same fields, the same integer steps in the same order, so a bucket
 -- divides the same way in the memory ledger and here; tests/it/rlqs_lua.rs compares).
 --
@@ -13,8 +13,7 @@
 -- ARGV     op ("claim" or "release"), name, alias, owner, weight ("" unknown),
 --          resumed (0/1), tokens, stale_ms, hold_ms, grace_ms, key TTL ms
 -- Returns  claim: {tokens granted, live claims, age of the bucket in ms, on alias 0/1,
---          short of the division's share 0/1};
---          release: 0
+--          short of the division's share 0/1}; release: 0
 --
 -- A call reads and writes the reporter's claim (and its alias), the totals and at most
 -- EXPIRE_BATCH due deadlines: its cost does not grow with the bucket's claims.
@@ -73,7 +72,7 @@ local function get(n)
   return work[n]
 end
 -- A claim put back, or dropped at once when nothing is left of it (not live, nothing
--- held): claims.rs `put`.
+-- held): claims/mod.rs `put`.
 local touched = {}
 local function set(n, c)
   get(n)
@@ -87,7 +86,7 @@ local function new_claim(o)
     last = 0 }
 end
 
--- The claim is now this owner's (claims.rs `pass_to`).
+-- The claim is now this owner's (claims/mod.rs `pass_to`).
 local function pass_to(c)
   if c.owner ~= owner then
     c.owner = owner
@@ -142,7 +141,7 @@ local function expire()
 end
 
 -- Whether the report goes on the alias, marking the id shared when the report shows it
--- is (claims.rs `choose`).
+-- is (claims/names.rs `choose`).
 local function choose()
   if alias == name then return false end
   local a = get(alias)
@@ -160,7 +159,7 @@ local function choose()
   return (c.seen ~= nil and now - c.seen < stale_ms) or (shared ~= nil and now < shared)
 end
 
--- The alias claim of this owner into the name's claim (claims.rs `merge`).
+-- The alias claim of this owner into the name's claim (claims/names.rs `merge`).
 local function merge()
   local from = get(alias)
   if not from or from.owner ~= owner then return end

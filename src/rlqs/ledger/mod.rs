@@ -2,7 +2,7 @@
 //! weights, what each holds and until when). One call per report of a bucket records
 //! the reporter's claim and returns its grant, atomically per bucket, so replicas on
 //! one Redis divide one limit ([`redis`], through the store's protections); [`memory`]
-//! serves one replica. Both take the same steps (`claims.rs`, its Lua twin
+//! serves one replica. Both take the same steps (`claims/`, its Lua twin
 //! `lua/rlqs.lua`), and neither reads every claim of a bucket per report.
 
 pub mod memory;

@@ -1,7 +1,7 @@
 //! The claims in Redis (standalone, Sentinel or Cluster), so Envoys connected to
 //! different replicas divide one limit. A bucket is a hash of running totals and one
 //! field per claim, and a sorted set of the claims' deadlines, both under the hash
-//! tag its counter would have; `lua/rlqs.lua` (the twin of `rlqs/claims.rs`) reads and
+//! tag its counter would have; `lua/rlqs.lua` (the twin of `rlqs/claims/`) reads and
 //! writes the reporter's claim, the totals and a few due deadlines in one atomic call.
 //! Calls go through the store's protections (`store::side`: its connection settings,
 //! timeout and breaker); a bucket whose ledger cannot answer keeps its last assignment
