@@ -22,6 +22,7 @@ use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service
 use crate::proto::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
+use crate::telemetry::ratelimited;
 
 /// The gRPC metadata naming an Envoy across its streams (set it in the filter's
 /// `grpc_service.initial_metadata`): a reopened stream then takes over its old claim
@@ -138,7 +139,11 @@ async fn serve_stream(
     if let Some(error) = ended {
         if !matches!(error, RlqsError::ShuttingDown) {
             rlqs.metrics.rlqs().stream_error(error.reason());
-            tracing::info!(event = "rlqs_stream_refused", stream = %entry.lock().own, %error, "RLQS stream ended");
+            // Per reason at most once a second: a client can end many streams at once.
+            if let Some(suppressed) = ratelimited::admit(&["rlqs_stream_refused", error.reason()]) {
+                let stream = entry.lock().own.clone();
+                tracing::info!(event = "rlqs_stream_refused", %stream, %error, suppressed, "RLQS stream ended");
+            }
         }
         // Never waits: a client that does not read gets no status either.
         let _ = tx.try_send(Err(error.into()));
