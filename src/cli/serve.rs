@@ -116,8 +116,13 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
         tls.as_ref()
             .map(|tls| Background::own(tls.spawn_reload(tls::RELOAD_INTERVAL))),
     );
-    let rlqs = Rlqs::on_backend(limiter.clone(), &settings.backend, settings.rlqs.clone())
-        .map_err(|e| ServeError::Settings(Error::Settings(e)))?;
+    let rlqs = Rlqs::on_backend(
+        limiter.clone(),
+        &settings.backend,
+        settings.rlqs.clone(),
+        protection.breaker,
+    )
+    .map_err(|e| ServeError::Settings(Error::Settings(e)))?;
     let listeners = bind(&settings).await?;
     let options = ServeOptions {
         health,

@@ -5,12 +5,14 @@
 //! value series of the rate-limit service.
 
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
 
 use super::Metrics;
 
@@ -39,6 +41,16 @@ struct ReasonLabel {
     reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+/// Ledger calls take from tens of microseconds (memory) to the store's timeout.
+const LEDGER_BUCKETS: [f64; 10] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1, 0.25,
+];
+
 /// Handles of the RLQS metrics; the stream tasks record through them.
 pub struct RlqsMetrics {
     streams: Gauge,
@@ -47,7 +59,9 @@ pub struct RlqsMetrics {
     reported: Family<OutcomeLabel, Counter>,
     allowed_in_full: Family<WhyLabel, Counter>,
     stream_errors: Family<ReasonLabel, Counter>,
-    ledger_errors: Counter,
+    ledger_errors: Family<KindLabel, Counter>,
+    ledger_duration: Histogram,
+    state_bytes: Gauge,
 }
 
 fn rule(domain: &str, rule: &str) -> RuleLabel {
@@ -66,7 +80,9 @@ impl RlqsMetrics {
             reported: Family::default(),
             allowed_in_full: Family::default(),
             stream_errors: Family::default(),
-            ledger_errors: Counter::default(),
+            ledger_errors: Family::default(),
+            ledger_duration: Histogram::new(LEDGER_BUCKETS),
+            state_bytes: Gauge::default(),
         };
         registry.register(
             "tollgate_rlqs_streams",
@@ -100,8 +116,19 @@ impl RlqsMetrics {
         );
         registry.register(
             "tollgate_rlqs_ledger_errors",
-            "RLQS claims the ledger (Redis) did not answer; the bucket kept its last share",
+            "RLQS ledger calls that failed, by kind (timeout, unavailable, circuit_open, full); the bucket kept its last assignment while its hold lasted",
             this.ledger_errors.clone(),
+        );
+        registry.register_with_unit(
+            "tollgate_rlqs_ledger_duration",
+            "Time of the RLQS ledger calls that reached the ledger (one per bucket report)",
+            Unit::Seconds,
+            this.ledger_duration.clone(),
+        );
+        registry.register(
+            "tollgate_rlqs_state_bytes",
+            "Bytes of RLQS state (streams, buckets, memory ledger) charged to --rlqs-max-bytes",
+            this.state_bytes.clone(),
         );
         this
     }
@@ -164,8 +191,20 @@ impl RlqsMetrics {
             .inc();
     }
 
-    pub fn ledger_error(&self) {
-        self.ledger_errors.inc();
+    /// One ledger call: how long it took, and its error's kind if it failed.
+    pub fn ledger_call(&self, elapsed: Duration, error: Option<&'static str>) {
+        match error {
+            Some(kind) => {
+                self.ledger_errors.get_or_create(&KindLabel { kind }).inc();
+            }
+            None => self.ledger_duration.observe(elapsed.as_secs_f64()),
+        }
+    }
+
+    /// The RLQS state's bytes charged to its budget now.
+    pub fn state_bytes(&self, bytes: u64) {
+        self.state_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 }
 

@@ -5,7 +5,9 @@
 //!   under 1 s into an unlimited rate) and stays the same for a bucket, because Envoy
 //!   judges a token bucket changed by `tokens_per_fill`, `max_tokens` and the
 //!   interval's nanoseconds only: the share is `tokens_per_fill`, its tokens per window;
-//! - every assignment carries a TTL (without one it expires at once);
+//! - every assignment carries a TTL (without one it expires at once), restarted by
+//!   every answer;
+//! - a share of nothing is `DENY_ALL` (a token bucket needs a token per fill);
 //! - abandoning erases the bucket in Envoy, and its next request subscribes again.
 
 use std::time::Duration;
@@ -55,6 +57,10 @@ pub fn assign(bucket_id: &BucketId, strategy: Strategy, ttl: Duration) -> Bucket
 
 pub fn allow_all() -> Strategy {
     Strategy::BlanketRule(BlanketRule::AllowAll as i32)
+}
+
+pub fn deny_all() -> Strategy {
+    Strategy::BlanketRule(BlanketRule::DenyAll as i32)
 }
 
 pub fn abandon(bucket_id: &BucketId) -> BucketAction {

@@ -3,16 +3,22 @@
 //! (`config::matcher::find_unordered` walks the tree, taking at each level the entry
 //! whose key the level names). A bucket that matches no rule, or matches an
 //! `unlimited` or shadow-mode rule, is allowed in full; a limited rule's bucket is
-//! shared by demand under the ledger key its counter would have.
+//! shared by demand under the ledger key its counter would have. Also what makes a
+//! `BucketId` usable ([`validate`]) and its key within a stream.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::error::RlqsError;
 use crate::config::{Config, Limit, RuleKind};
 use crate::limiter::plan;
 use crate::proto::RateLimitDescriptor;
+use crate::proto::envoy::service::rate_limit_quota::v3::BucketId;
 use crate::proto::rate_limit_descriptor::Entry;
 use crate::store::redis::keys;
+
+/// A bucket's entries in key order: its identity within a stream.
+pub(super) type BucketKey = Box<[(Box<str>, Box<str>)]>;
 
 /// Label of the `rule` of buckets no rule matched (and of unknown domains' `domain`).
 pub const NO_RULE: &str = "(none)";
@@ -137,6 +143,46 @@ fn strictest(limits: &[Limit]) -> &Limit {
             rate(a).total_cmp(&rate(b))
         })
         .expect("a limited rule has a limit")
+}
+
+/// A bucket id that can be used: present, non-empty keys and values, within the size
+/// bound. Returns its entries in key order.
+pub(super) fn validate(
+    index: u64,
+    id: Option<&BucketId>,
+    max_bytes: usize,
+) -> Result<BucketKey, RlqsError> {
+    let bad = |why: String| RlqsError::BadBucket { index, why };
+    let id = id.ok_or_else(|| bad("no bucket_id".into()))?;
+    if id.bucket.is_empty() {
+        return Err(bad("the bucket_id has no entries".into()));
+    }
+    let bytes: usize = id.bucket.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if bytes > max_bytes {
+        return Err(bad(format!(
+            "the bucket_id has {bytes} bytes; at most {max_bytes} (--rlqs-max-bucket-id-bytes)"
+        )));
+    }
+    if id.bucket.iter().any(|(k, v)| k.is_empty() || v.is_empty()) {
+        return Err(bad("a bucket_id key or value is empty".into()));
+    }
+    let mut entries: Vec<(Box<str>, Box<str>)> = id
+        .bucket
+        .iter()
+        .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
+        .collect();
+    entries.sort_unstable();
+    Ok(entries.into_boxed_slice())
+}
+
+/// The `BucketId` Envoy sent, from its entries.
+pub(super) fn bucket_id(key: &BucketKey) -> BucketId {
+    BucketId {
+        bucket: key
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<HashMap<_, _>>(),
+    }
 }
 
 #[cfg(test)]

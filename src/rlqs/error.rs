@@ -22,6 +22,20 @@ pub enum RlqsError {
     TooManyBuckets { max: usize },
     #[error("{max} RLQS streams are open, the most this server takes (--rlqs-max-streams)")]
     TooManyStreams { max: usize },
+    #[error(
+        "{max} RLQS streams are open on this connection, the most one peer may open (--rlqs-max-streams-per-peer)"
+    )]
+    TooManyStreamsFromPeer { max: usize },
+    #[error(
+        "the RLQS state of this server has reached its budget of {max} bytes (--rlqs-max-bytes)"
+    )]
+    OverBudget { max: u64 },
+    #[error(
+        "no report for {secs} s (--rlqs-idle-stream-secs): closed; open a new stream to report"
+    )]
+    Idle { secs: u64 },
+    #[error("the stream did not read its answers")]
+    NotReading,
     #[error("the rlqs-client-id metadata must be 1 to 128 printable ASCII characters")]
     BadClientId,
     #[error("the stream sent an undecodable message: {0}")]
@@ -40,6 +54,10 @@ impl RlqsError {
             RlqsError::ReportTooLarge { .. } => "report_too_large",
             RlqsError::TooManyBuckets { .. } => "too_many_buckets",
             RlqsError::TooManyStreams { .. } => "too_many_streams",
+            RlqsError::TooManyStreamsFromPeer { .. } => "too_many_streams_from_peer",
+            RlqsError::OverBudget { .. } => "over_budget",
+            RlqsError::Idle { .. } => "idle",
+            RlqsError::NotReading => "not_reading",
             RlqsError::BadClientId => "bad_client_id",
             RlqsError::Undecodable(_) => "undecodable",
             RlqsError::ShuttingDown => "shutting_down",
@@ -51,10 +69,13 @@ impl From<RlqsError> for tonic::Status {
     fn from(error: RlqsError) -> Self {
         let message = error.to_string();
         match error {
-            RlqsError::TooManyBuckets { .. } | RlqsError::TooManyStreams { .. } => {
-                tonic::Status::resource_exhausted(message)
+            RlqsError::TooManyBuckets { .. }
+            | RlqsError::TooManyStreams { .. }
+            | RlqsError::TooManyStreamsFromPeer { .. }
+            | RlqsError::OverBudget { .. } => tonic::Status::resource_exhausted(message),
+            RlqsError::ShuttingDown | RlqsError::Idle { .. } | RlqsError::NotReading => {
+                tonic::Status::unavailable(message)
             }
-            RlqsError::ShuttingDown => tonic::Status::unavailable(message),
             _ => tonic::Status::invalid_argument(message),
         }
     }

@@ -1,8 +1,9 @@
 //! The tonic `RateLimitQuotaService`: one task per stream reads reports and writes
-//! actions ([`super::stream`] decides them). A stream that sends garbage ends with
-//! INVALID_ARGUMENT, alone; a server shutting down ends every stream with UNAVAILABLE
-//! (Envoy reopens it elsewhere and keeps its assignments meanwhile), and a stream's
-//! claims are released when it ends so the others share at once.
+//! actions ([`super::stream`] decides them). A stream that sends garbage, breaks a
+//! bound or sends nothing for `--rlqs-idle-stream-secs` ends alone; a server shutting
+//! down ends every stream with UNAVAILABLE (Envoy reopens it elsewhere and keeps its
+//! assignments meanwhile). When a stream ends its claims lose their weight at once;
+//! the tokens they hold stay counted until the assignments they were sent in expire.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::error::RlqsError;
-use super::stream::StreamState;
+use super::options::DELIVERY_MARGIN;
+use super::stream::{self, metered};
 use super::{Registration, Rlqs};
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
     RateLimitQuotaService, RateLimitQuotaServiceServer,
@@ -20,10 +22,11 @@ use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service
 use crate::proto::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
+use crate::telemetry::ratelimited;
 
 /// The gRPC metadata naming an Envoy across its streams (set it in the filter's
 /// `grpc_service.initial_metadata`): a reopened stream then takes over its old claim
-/// at once instead of waiting for it to go stale.
+/// instead of waiting for it to run out.
 pub const CLIENT_ID_HEADER: &str = "rlqs-client-id";
 
 /// How long releasing a finished stream's claims may take.
@@ -53,7 +56,8 @@ impl RateLimitQuotaService for RlqsGrpc {
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
         let client = client_id(request.metadata())?;
-        let registration = self.rlqs.register(client).map_err(|e| {
+        let peer = request.remote_addr();
+        let registration = self.rlqs.register(client, peer).map_err(|e| {
             self.rlqs.metrics.rlqs().stream_error(e.reason());
             Status::from(e)
         })?;
@@ -81,72 +85,90 @@ fn client_id(metadata: &tonic::metadata::MetadataMap) -> Result<Option<String>, 
     Ok(Some(text.to_owned()))
 }
 
-/// Reads reports and answers them until the stream ends, fails, or the server stops.
+/// Reads reports and answers them until the stream ends, fails, idles, or the server
+/// stops.
 async fn serve_stream(
     rlqs: Arc<Rlqs>,
     registration: Registration,
     mut inbound: Streaming<RateLimitQuotaUsageReports>,
     tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
 ) {
-    let mut state = StreamState::new(registration.claimant.clone());
     let mut shutdown = rlqs.shutdown.subscribe();
+    let idle = rlqs.options.idle_after;
+    let entry = registration.entry.clone();
     let ended: Option<RlqsError> = loop {
         if *shutdown.borrow_and_update() {
             break Some(RlqsError::ShuttingDown);
         }
         let message = tokio::select! {
-            message = inbound.message() => message,
+            message = tokio::time::timeout(idle, inbound.message()) => message,
             _ = shutdown.changed() => continue,
             () = tx.closed() => break None,
         };
         let message = match message {
-            Ok(Some(message)) => message,
-            Ok(None) => break None,
+            Err(_) => {
+                break Some(RlqsError::Idle {
+                    secs: idle.as_secs(),
+                });
+            }
+            Ok(Ok(Some(message))) => message,
+            Ok(Ok(None)) => break None,
             // A message that does not decode is the client's fault; a transport
             // error (Envoy went away) is nobody's to answer.
-            Err(status) if status.code() == tonic::Code::Internal => {
+            Ok(Err(status)) if status.code() == tonic::Code::Internal => {
                 break Some(RlqsError::Undecodable(status.message().to_owned()));
             }
-            Err(_) => break None,
+            Ok(Err(_)) => break None,
         };
-        match state.handle(&rlqs, message).await {
+        let handled = stream::handle(&entry, &rlqs, message).await;
+        rlqs.metrics.rlqs().state_bytes(rlqs.budget.used());
+        match handled {
+            // An answer must reach Envoy within the margin the ledger allows it; a
+            // client that does not read its answers has none in force.
             Ok(Some(response)) => {
-                if tx.send(Ok(response)).await.is_err() {
-                    break None;
+                match tokio::time::timeout(DELIVERY_MARGIN / 2, tx.send(Ok(response))).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => break None,
+                    Err(_) => break Some(RlqsError::NotReading),
                 }
             }
             Ok(None) => {}
             Err(error) => break Some(error),
         }
-        registration.publish(&state);
     };
     if let Some(error) = ended {
         if !matches!(error, RlqsError::ShuttingDown) {
             rlqs.metrics.rlqs().stream_error(error.reason());
-            tracing::info!(event = "rlqs_stream_refused", stream = %state.claimant, %error, "RLQS stream ended");
+            // Per reason at most once a second: a client can end many streams at once.
+            if let Some(suppressed) = ratelimited::admit(&["rlqs_stream_refused", error.reason()]) {
+                let stream = entry.lock().own.clone();
+                tracing::info!(event = "rlqs_stream_refused", %stream, %error, suppressed, "RLQS stream ended");
+            }
         }
-        let _ = tx.send(Err(error.into())).await;
+        // Never waits: a client that does not read gets no status either.
+        let _ = tx.try_send(Err(error.into()));
     }
-    release(&rlqs, &state).await;
-    for bucket in state.buckets.values() {
-        rlqs.metrics
-            .rlqs()
-            .bucket_removed(&bucket.domain, &bucket.rule, bucket.rate);
-    }
+    release(&rlqs, &registration).await;
     drop(registration);
+    rlqs.metrics.rlqs().state_bytes(rlqs.budget.used());
 }
 
 /// Releases the stream's claims, within a budget (a stuck Redis must not keep the
 /// task alive; the claims then go stale on their own).
-async fn release(rlqs: &Rlqs, state: &StreamState) {
-    let keys: Vec<&str> = state
-        .buckets
-        .values()
-        .filter_map(|b| b.ledger_key.as_deref())
-        .collect();
+async fn release(rlqs: &Rlqs, registration: &Registration) {
+    let (keys, name, own) = {
+        let state = registration.entry.lock();
+        let keys: Vec<Box<str>> = state
+            .buckets
+            .values()
+            .filter_map(|b| b.ledger_key.clone())
+            .collect();
+        (keys, state.name.clone(), state.own.clone())
+    };
+    let timing = rlqs.options.timing();
     let all = futures_util::future::join_all(
         keys.iter()
-            .map(|key| rlqs.ledger.release(key, &state.claimant)),
+            .map(|key| metered(rlqs, rlqs.ledger.release(key, &name, &own, &own, timing))),
     );
     let _ = tokio::time::timeout(RELEASE_BUDGET, all).await;
 }

@@ -1,142 +1,177 @@
-//! The division of one bucket's limit between the Envoy streams that report it: pure
-//! arithmetic, no I/O, no clock. The memory ledger calls it; `lua/rlqs.lua` mirrors it
-//! step for step (same order of operations, same rounding), so a bucket divides the
+//! The arithmetic of one stream's share of a bucket's limit: pure integers, no I/O, no
+//! clock, no state. [`super::claims`] applies it to a bucket's claims; `lua/rlqs.lua`
+//! repeats it step for step (the same integer operations), so a bucket divides the
 //! same way whichever ledger holds it.
 //!
-//! Shares follow demand: a stream's weight is the rate it reported (allowed + denied
-//! over the time since its last report), so an Envoy offered ten times the traffic of
-//! another gets ten times the share, and the shares of a saturated bucket sum to the
-//! limit. Three corrections keep that workable:
-//! - a stream whose demand is not known yet (its first report of a new bucket says
-//!   nothing about a rate) weighs the mean of the known ones: a fair provisional share;
-//! - every stream weighs at least [`FLOOR`] of the mean weight, so an idle Envoy can
-//!   still admit the first requests that arrive before its next report raises it;
-//! - the limit is a whole number of tokens per window and each stream gets whole
-//!   tokens: the largest remainders get the tokens left over after rounding down, so
-//!   the shares sum to the limit exactly, and nobody gets fewer than one token.
+//! Shares follow demand, within three bounds:
+//! - a stream's weight is its demand (allowed + denied per second) as a fraction of
+//!   the limit's rate, counted up to the whole rate: no Envoy could use more than the
+//!   whole limit, so a stream reporting u64::MAX weighs what one honest Envoy that
+//!   wants everything weighs, and no more ([`weight`]);
+//! - every stream weighs at least [`FLOOR_PERCENT`] of the others' mean, so an idle
+//!   Envoy can still admit the first requests that arrive before its next report;
+//! - a share is whole tokens per window, and what a stream is granted never takes the
+//!   bucket's assigned total past the limit ([`grant`]): a stream whose target rose
+//!   (a newcomer, or one whose demand grew) takes only what is unassigned, and gets the
+//!   rest once the others have reported and given theirs back. So a stream may get
+//!   zero until the next division.
+//!
+//! Small moves are not made ([`HYSTERESIS_PERCENT`], and a stream whose share is a
+//! fraction of a token keeps the whole token it holds): Envoy rebuilds a changed token
+//! bucket full, so a share that jitters would admit a bucket's worth at every change.
+//! Rounding up goes first to whoever finds a token free, and back while another
+//! stream holds less than its share rounded down ([`desired`]), so whole tokens end up
+//! within one of every stream's exact share when there are enough to go round.
 
-/// A stream's claim on a bucket, as the ledger keeps it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Claim {
-    /// The stream (or the client id it presented): unique within the bucket.
-    pub stream: String,
-    /// Requests per second it reported; `None`: not known yet.
-    pub demand: Option<f64>,
+/// A weight is millionths of the limit's rate (1,000,000: the whole limit).
+pub const SCALE: u64 = 1_000_000;
+
+/// The least weight of a stream, in percent of the others' mean weight.
+pub const FLOOR_PERCENT: u64 = 5;
+
+/// A share within this percentage of the one held is kept.
+pub const HYSTERESIS_PERCENT: u64 = 5;
+
+/// The weight of a demand of `demand` requests per second on a limit of `tokens` per
+/// `window_secs`: the fraction of the limit's rate it could use, at most [`SCALE`].
+pub fn weight(demand: f64, tokens: u64, window_secs: u64) -> u64 {
+    let rate = tokens as f64 / window_secs.max(1) as f64;
+    // NaN, negative and zero demands weigh nothing; so does anything on a zero limit.
+    if demand.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) || rate <= 0.0 {
+        return 0;
+    }
+    ((demand / rate).min(1.0) * SCALE as f64).round() as u64
 }
 
-/// The least weight of a stream, as a fraction of the mean weight.
-pub const FLOOR: f64 = 0.05;
-
-/// How many of `tokens` (the limit per window) go to `claims[me]`. `claims` holds every
-/// live claim on the bucket, the reporter's included; ordered by stream for ties.
-pub fn share_of(claims: &[Claim], me: usize, tokens: u64) -> u64 {
-    shares(claims, tokens).get(me).copied().unwrap_or(0)
+/// `weight`, at least [`FLOOR_PERCENT`] of the mean of `others` weights summing to
+/// `others_sum`.
+pub fn floored(weight: u64, others_sum: u64, others: u64) -> u64 {
+    if others == 0 {
+        return weight;
+    }
+    weight.max(others_sum * FLOOR_PERCENT / (100 * others))
 }
 
-/// Every claim's tokens, in `claims` order.
-pub fn shares(claims: &[Claim], tokens: u64) -> Vec<u64> {
-    let weights = weights(claims);
-    let total: f64 = weights.iter().sum();
-    let limit = tokens as f64;
-    let mut out: Vec<u64> = Vec::with_capacity(claims.len());
-    let mut fractions: Vec<(f64, usize)> = Vec::with_capacity(claims.len());
-    let mut given: u64 = 0;
-    for (i, w) in weights.iter().enumerate() {
-        let exact = limit * w / total;
-        let whole = exact.floor();
-        out.push(whole as u64);
-        given += whole as u64;
-        fractions.push((exact - whole, i));
-    }
-    // Largest remainder first; equal remainders by stream name, so both ledgers agree.
-    fractions.sort_by(|a, b| {
-        b.0.partial_cmp(&a.0)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then_with(|| claims[a.1].stream.cmp(&claims[b.1].stream))
-    });
-    let mut left = tokens.saturating_sub(given);
-    for (_, i) in fractions {
-        if left == 0 {
-            break;
-        }
-        out[i] += 1;
-        left -= 1;
-    }
-    for share in &mut out {
-        *share = (*share).max(1);
-    }
-    out
-}
-
-/// Known demand, the mean for unknown demand, at least [`FLOOR`] of the mean; equal
-/// weights when nobody has demand.
-fn weights(claims: &[Claim]) -> Vec<f64> {
-    let (mut known_sum, mut known) = (0.0, 0usize);
-    for claim in claims {
-        if let Some(d) = claim.demand {
-            known_sum += d;
-            known += 1;
-        }
-    }
-    let mean_known = if known > 0 {
-        known_sum / known as f64
+/// A stream's exact share of `tokens`, `tokens * weight / total`, rounded down and up;
+/// with no weight at all (every stream idle) an equal part of `live` streams.
+pub fn target(tokens: u64, weight: u64, total: u64, live: u64) -> (u64, u64) {
+    let (numerator, denominator) = if total == 0 {
+        (tokens, live.max(1))
     } else {
-        1.0
+        // At most 2^32 tokens times SCALE (2^20): no overflow, and exact in Lua too.
+        (tokens * weight, total)
     };
-    let raw: Vec<f64> = claims
-        .iter()
-        .map(|c| c.demand.unwrap_or(mean_known))
-        .collect();
-    let sum: f64 = raw.iter().sum();
-    if sum <= 0.0 {
-        return vec![1.0; claims.len()];
+    let floor = numerator / denominator;
+    (floor, floor + u64::from(numerator % denominator > 0))
+}
+
+/// The share a stream holding `held` tokens should have for a target of
+/// `floor..=ceil`, with `free` tokens unassigned and, `others_short`, another stream
+/// holding less than its target rounded down:
+/// - while another is short, the target rounded down: what rounding up took goes back
+///   to it;
+/// - else what it holds when that is within rounding of the target (taking the
+///   rounded-up target when it is free) or within [`HYSTERESIS_PERCENT`] of it;
+/// - else the target rounded up, so a fraction of a token is a token, for as long as
+///   there are tokens to give.
+pub fn desired(held: u64, (floor, ceil): (u64, u64), free: u64, others_short: bool) -> u64 {
+    let near = |apart: u64| 100 * apart <= HYSTERESIS_PERCENT * held;
+    if held > 0 && held < floor && near(floor - held) {
+        return held;
     }
-    let floor = FLOOR * sum / claims.len() as f64;
-    raw.into_iter().map(|w| w.max(floor)).collect()
+    if others_short {
+        return floor;
+    }
+    if held > 0 && (floor..=ceil).contains(&held) {
+        return if free >= ceil - held { ceil } else { held };
+    }
+    if held > ceil && near(held - ceil) {
+        return held;
+    }
+    ceil
+}
+
+/// What a stream holding `held` of the bucket's `assigned` tokens (its own included)
+/// may be granted of `desired`, on a limit of `tokens`: never so much that the
+/// bucket's assigned total passes the limit. When it already does (the limit was
+/// lowered by a reload), the reporter gives back what it can.
+pub fn grant(desired: u64, held: u64, assigned: u64, tokens: u64) -> u64 {
+    desired.min((tokens + held).saturating_sub(assigned))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn claims(demands: &[Option<f64>]) -> Vec<Claim> {
-        demands
-            .iter()
-            .enumerate()
-            .map(|(i, d)| Claim {
-                stream: format!("s{i}"),
-                demand: *d,
-            })
-            .collect()
+    #[test]
+    fn a_weight_counts_demand_up_to_the_whole_rate() {
+        // 600 per minute is 10 per second.
+        assert_eq!(weight(2.5, 600, 60), 250_000);
+        assert_eq!(weight(10.0, 600, 60), SCALE);
+        assert_eq!(weight(25.0, 600, 60), SCALE);
+        assert_eq!(weight(u64::MAX as f64, 600, 60), SCALE);
+        assert_eq!(weight(f64::INFINITY, 600, 60), SCALE);
+        for nothing in [0.0, -1.0, f64::NAN] {
+            assert_eq!(weight(nothing, 600, 60), 0);
+        }
+        assert_eq!(weight(5.0, 0, 60), 0);
     }
 
     #[test]
-    fn shares_follow_demand_and_sum_to_the_limit() {
-        let s = shares(&claims(&[Some(100.0), Some(10.0), Some(10.0)]), 600);
-        assert_eq!(s.iter().sum::<u64>(), 600);
-        assert!(s[0] >= 450, "{s:?}");
-        assert_eq!(s[1], s[2]);
+    fn the_floor_is_a_part_of_the_others_mean() {
+        assert_eq!(floored(0, 2 * SCALE, 2), SCALE / 20);
+        assert_eq!(floored(SCALE, 2 * SCALE, 2), SCALE);
+        assert_eq!(floored(0, 0, 0), 0);
     }
 
     #[test]
-    fn a_newcomer_gets_a_fair_provisional_share() {
-        let s = shares(&claims(&[Some(10.0), Some(10.0), None]), 600);
-        assert_eq!(s, vec![200, 200, 200]);
-        assert_eq!(shares(&claims(&[None]), 600), vec![600]);
+    fn targets_round_both_ways() {
+        assert_eq!(target(600, 1, 3, 3), (200, 200));
+        assert_eq!(target(10, 1, 3, 3), (3, 4));
+        assert_eq!(target(600, 0, 0, 4), (150, 150));
+        assert_eq!(
+            target(u64::from(u32::MAX), SCALE, SCALE, 1).0,
+            u64::from(u32::MAX)
+        );
     }
 
     #[test]
-    fn an_idle_stream_keeps_a_floor_and_the_rest_goes_to_the_busy() {
-        let s = shares(&claims(&[Some(0.0), Some(5.0), Some(5.0)]), 600);
-        assert_eq!(s.iter().sum::<u64>(), 600);
-        assert!(s[0] >= 1 && s[0] < 20, "{s:?}");
-        assert!(s[1] >= 290, "{s:?}");
-        assert_eq!(shares(&claims(&[Some(0.0), Some(0.0)]), 10), vec![5, 5]);
+    fn small_moves_are_not_made() {
+        assert_eq!(desired(400, (399, 400), 0, false), 400);
+        assert_eq!(desired(400, (380, 381), 0, false), 400, "within 5%");
+        assert_eq!(desired(400, (370, 371), 0, false), 371);
+        assert_eq!(desired(400, (430, 431), 0, false), 431);
+        assert_eq!(desired(400, (410, 411), 0, true), 400, "within 5%");
+        // A fraction of a token: the token held is kept; none held asks for one.
+        assert_eq!(desired(1, (0, 1), 0, false), 1);
+        assert_eq!(desired(0, (0, 1), 0, false), 1);
+        assert_eq!(desired(0, (0, 0), 0, false), 0);
     }
 
     #[test]
-    fn nobody_gets_less_than_one_token() {
-        let s = shares(&claims(&[Some(1000.0), Some(0.0), Some(0.0)]), 3);
-        assert!(s.iter().all(|&t| t >= 1), "{s:?}");
+    fn rounding_gives_way_to_a_stream_short_of_its_share() {
+        // 1.5 tokens each: rounded up while nobody lacks one, down while one does.
+        assert_eq!(desired(2, (1, 2), 0, true), 1);
+        assert_eq!(desired(0, (1, 2), 0, true), 1);
+        assert_eq!(desired(1, (1, 2), 0, false), 1, "nothing free");
+        assert_eq!(desired(1, (1, 2), 1, false), 2, "the rounding is free");
+        assert_eq!(desired(2, (1, 2), 0, false), 2);
+    }
+
+    #[test]
+    fn a_grant_never_takes_the_total_past_the_limit() {
+        assert_eq!(grant(300, 0, 600, 600), 0, "nothing unassigned");
+        assert_eq!(grant(300, 0, 500, 600), 100);
+        assert_eq!(grant(300, 100, 500, 600), 200);
+        assert_eq!(
+            grant(50, 100, 500, 600),
+            50,
+            "giving back is always possible"
+        );
+        assert_eq!(
+            grant(100, 100, 700, 600),
+            0,
+            "over a lowered limit: give back"
+        );
     }
 }

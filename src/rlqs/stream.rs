@@ -1,14 +1,15 @@
-//! One Envoy's stream: the buckets it reported, what it was last assigned, and the
-//! handling of one reports message (validate, resolve, claim, assign). The stream's
-//! task and its end are in `service.rs`; this is the state it keeps.
+//! One Envoy's stream: the buckets it reported and the handling of one reports message
+//! (validate, resolve, observe demand, claim, answer). The stream's task and its end
+//! are in `service.rs`; what a bucket is answered is in `answer.rs`.
 //!
 //! Demand is measured on tollgate's clock between two reports of a bucket (Envoy's
 //! `time_elapsed` is whole seconds, and 0 for a new bucket), over at least a second:
-//! a report sooner than that (Envoy reports at once when its assignment changes) adds
+//! a report sooner than that (Envoy reports at once when it creates a bucket) adds
 //! its counts to the next. A bucket first seen on this stream with `time_elapsed` > 0
-//! is a stream reopened after a restart or a lost connection: Envoy still holds its
-//! old assignment, so while the bucket's ledger is younger than a report period (it
-//! has not heard every Envoy yet) no new assignment is sent.
+//! is resumed: Envoy reconnected and still holds its old assignment.
+//!
+//! The state lives behind its registration's lock (so `/rlqs` can read it), taken
+//! twice per message and never across the ledger calls between.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,74 +17,88 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use super::Rlqs;
-use super::assign;
-use super::bucket::{self, Shared, Target};
+use super::answer::Sent;
+use super::bucket::{self, BucketKey, Target};
+use super::budget::bucket_bytes;
 use super::error::RlqsError;
-use super::ledger::{ClaimRequest, Granted};
+use super::ledger::{ClaimRequest, Granted, LedgerError, Report};
+use super::share;
 use super::view::BucketView;
-use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use super::{Rlqs, StreamEntry};
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use crate::proto::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
-use crate::proto::envoy::r#type::v3::rate_limit_strategy::Strategy;
-
-/// A change of share smaller than this fraction of the current one is not sent:
-/// Envoy rebuilds a changed token bucket (losing the tokens it held), so a share
-/// that jitters with the traffic would cost more than the precision it buys.
-const HYSTERESIS: f64 = 0.05;
+use crate::telemetry::ratelimited;
 
 /// What one stream knows of one of its buckets.
 pub(super) struct BucketState {
-    pub id: BucketId,
-    pub entries: BTreeMap<String, String>,
     /// The labels it is counted under (the rule can change with a reload).
     pub domain: Arc<str>,
     pub rule: Arc<str>,
-    pub ledger_key: Option<String>,
+    pub ledger_key: Option<Box<str>>,
     last_report: Instant,
     /// Requests reported since `last_report` (reports under a second apart add up).
     pending: u64,
     pub demand: Option<f64>,
     last_active: Instant,
-    /// Tokens per window last assigned, and the window.
-    pub share: Option<(u64, u64)>,
+    /// Its first report covered time before this stream: Envoy holds an assignment.
+    pub resumed: bool,
+    pub first_seen: Instant,
+    /// What it was last sent, while that can be resent.
+    pub sent: Option<Sent>,
     pub ledger_streams: usize,
     /// Requests per second assigned (what the metrics' gauge holds for it).
     pub rate: f64,
+    /// Bytes it is charged in the RLQS budget.
+    charge: u64,
 }
 
 /// One bucket of a message, between observing its report and answering it.
-struct Step {
-    key: String,
-    target: Target,
-    resumed: bool,
-    abandon: bool,
+pub(super) struct Step {
+    pub key: BucketKey,
+    pub target: Target,
+    /// This report made the bucket, and it was resumed.
+    pub first_resumed: bool,
+    pub abandon: bool,
+    /// The ledger's part, when the bucket is shared: its key, the weight, whether
+    /// the bucket was resumed.
+    claim: Option<(Box<str>, Option<u64>, bool)>,
 }
 
 pub(super) struct StreamState {
-    pub claimant: String,
+    /// The claim it asks for: its client id's, or its own.
+    pub name: String,
+    /// Its own claim name, unique per stream: the owner of its claims.
+    pub own: String,
     pub domain: Option<String>,
-    pub buckets: BTreeMap<String, BucketState>,
+    pub buckets: BTreeMap<BucketKey, BucketState>,
+    /// Bytes its buckets are charged.
+    pub charged: u64,
+    pub last_message: Instant,
 }
 
 impl StreamState {
-    pub fn new(claimant: String) -> Self {
+    pub fn new(name: String, own: String) -> Self {
         Self {
-            claimant,
+            name,
+            own,
             domain: None,
             buckets: BTreeMap::new(),
+            charged: 0,
+            last_message: Instant::now(),
         }
     }
 
-    /// Handles one reports message: the actions to send, if any.
-    pub async fn handle(
+    /// Validates a message and records its reports: one step per bucket.
+    fn observe_all(
         &mut self,
         rlqs: &Rlqs,
         message: RateLimitQuotaUsageReports,
-    ) -> Result<Option<RateLimitQuotaResponse>, RlqsError> {
+        now: Instant,
+    ) -> Result<Vec<Step>, RlqsError> {
         let options = &rlqs.options;
+        self.last_message = now;
         let got = message.bucket_quota_usages.len();
         if got > options.max_reports_per_message {
             return Err(RlqsError::ReportTooLarge {
@@ -94,11 +109,14 @@ impl StreamState {
         self.check_domain(&message.domain)?;
         let domain = self.domain.clone().unwrap_or_default();
         let config = rlqs.limiter.config();
-        let now = Instant::now();
-        let mut steps = Vec::with_capacity(message.bucket_quota_usages.len());
+        let mut steps = Vec::with_capacity(got);
         for (index, usage) in (0u64..).zip(message.bucket_quota_usages) {
-            let (key, entries, id) =
-                validate(index, usage.bucket_id.as_ref(), options.max_bucket_id_bytes)?;
+            let key =
+                bucket::validate(index, usage.bucket_id.as_ref(), options.max_bucket_id_bytes)?;
+            let entries: BTreeMap<String, String> = key
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
             let target = bucket::resolve(
                 &config,
                 &domain,
@@ -106,31 +124,26 @@ impl StreamState {
                 &rlqs.prefix,
                 options.global_shadow_mode,
             );
-            if !self.buckets.contains_key(&key)
-                && self.buckets.len() >= options.max_buckets_per_stream
-            {
-                return Err(RlqsError::TooManyBuckets {
-                    max: options.max_buckets_per_stream,
-                });
-            }
-            let (resumed, abandon) = self.observe(rlqs, &key, id, entries, &target, &usage, now);
+            let (first_resumed, abandon) = self.observe(rlqs, &key, &target, &usage, now)?;
+            let claim = match &target.kind {
+                Ok(shared) if !abandon => {
+                    let state = &self.buckets[&key];
+                    let weight = state
+                        .demand
+                        .map(|d| share::weight(d, shared.tokens, shared.window_secs));
+                    Some((shared.ledger_key.clone().into(), weight, state.resumed))
+                }
+                _ => None,
+            };
             steps.push(Step {
                 key,
                 target,
-                resumed,
+                first_resumed,
                 abandon,
+                claim,
             });
         }
-        let grants = self.claim_all(rlqs, &steps).await;
-        let mut actions = Vec::new();
-        for (step, granted) in steps.into_iter().zip(grants) {
-            if let Some(action) = self.answer(rlqs, step, granted) {
-                actions.push(action);
-            }
-        }
-        Ok((!actions.is_empty()).then_some(RateLimitQuotaResponse {
-            bucket_action: actions,
-        }))
+        Ok(steps)
     }
 
     fn check_domain(&mut self, domain: &str) -> Result<(), RlqsError> {
@@ -149,42 +162,53 @@ impl StreamState {
         }
     }
 
-    /// Records a report's counts; whether the bucket is resumed (see the module
-    /// docs) and whether it has been idle long enough to abandon.
-    #[allow(clippy::too_many_arguments)]
+    /// Records a report's counts, making the bucket (within the bounds) when it is
+    /// new; whether it was made now and resumed, and whether it has been idle long
+    /// enough to abandon.
     fn observe(
         &mut self,
         rlqs: &Rlqs,
-        key: &str,
-        id: BucketId,
-        entries: BTreeMap<String, String>,
+        key: &BucketKey,
         target: &Target,
         usage: &BucketQuotaUsage,
         now: Instant,
-    ) -> (bool, bool) {
+    ) -> Result<(bool, bool), RlqsError> {
         let count = usage
             .num_requests_allowed
             .saturating_add(usage.num_requests_denied);
-        rlqs.metrics.rlqs().reported(
+        let metrics = rlqs.metrics.rlqs();
+        metrics.reported(
             &target.domain,
             &target.rule,
             usage.num_requests_allowed,
             usage.num_requests_denied,
         );
-        let ledger_key = target.kind.as_ref().ok().map(|s| s.ledger_key.clone());
+        let ledger_key: Option<Box<str>> = target
+            .kind
+            .as_ref()
+            .ok()
+            .map(|s| s.ledger_key.as_str().into());
         let Some(state) = self.buckets.get_mut(key) else {
+            let max = rlqs.options.max_buckets_per_stream;
+            if self.buckets.len() >= max {
+                return Err(RlqsError::TooManyBuckets { max });
+            }
+            let id_bytes: usize = key.iter().map(|(k, v)| k.len() + v.len()).sum();
+            let charge = bucket_bytes(id_bytes, ledger_key.as_ref().map_or(0, |k| k.len()));
+            if !rlqs.budget.take(charge) {
+                return Err(RlqsError::OverBudget {
+                    max: rlqs.budget.limit(),
+                });
+            }
+            self.charged += charge;
             let elapsed = usage.time_elapsed.map_or(0.0, |d| {
                 d.seconds.max(0) as f64 + f64::from(d.nanos.max(0)) / 1e9
             });
             let resumed = elapsed > 0.0;
-            rlqs.metrics
-                .rlqs()
-                .bucket_added(&target.domain, &target.rule);
+            metrics.bucket_added(&target.domain, &target.rule);
             self.buckets.insert(
-                key.to_owned(),
+                key.clone(),
                 BucketState {
-                    id,
-                    entries,
                     domain: target.domain.clone(),
                     rule: target.rule.clone(),
                     ledger_key,
@@ -192,22 +216,26 @@ impl StreamState {
                     pending: 0,
                     demand: (elapsed >= 1.0).then(|| count as f64 / elapsed),
                     last_active: now,
-                    share: None,
+                    resumed,
+                    first_seen: now,
+                    sent: None,
                     ledger_streams: 0,
                     rate: 0.0,
+                    charge,
                 },
             );
-            return (resumed, false);
+            return Ok((resumed, false));
         };
         if state.domain != target.domain || state.rule != target.rule {
-            let metrics = rlqs.metrics.rlqs();
             metrics.bucket_removed(&state.domain, &state.rule, state.rate);
             metrics.bucket_added(&target.domain, &target.rule);
             metrics.rate_changed(&target.domain, &target.rule, 0.0, state.rate);
             state.domain = target.domain.clone();
             state.rule = target.rule.clone();
         }
-        state.ledger_key = ledger_key;
+        if state.ledger_key != ledger_key {
+            state.ledger_key = ledger_key;
+        }
         state.pending = state.pending.saturating_add(count);
         let elapsed = now.saturating_duration_since(state.last_report);
         if elapsed >= Duration::from_secs(1) {
@@ -219,108 +247,34 @@ impl StreamState {
             state.last_active = now;
         }
         let abandon = now.saturating_duration_since(state.last_active) > rlqs.options.abandon_after;
-        (false, abandon)
+        Ok((false, abandon))
     }
 
-    /// The ledger's answer for every shared bucket of the message, at once.
-    async fn claim_all(&self, rlqs: &Rlqs, steps: &[Step]) -> Vec<Option<Result<Granted, ()>>> {
-        let calls = steps.iter().map(|step| async move {
-            let Ok(shared) = &step.target.kind else {
-                return None;
-            };
-            if step.abandon {
-                return None;
-            }
-            let demand = self.buckets.get(&step.key).and_then(|b| b.demand);
-            let request = ClaimRequest {
-                key: &shared.ledger_key,
-                stream: &self.claimant,
-                demand,
-                tokens: shared.tokens,
-                stale_after: rlqs.options.stale_after,
-            };
-            Some(rlqs.ledger.claim(request).await.map_err(|error| {
-                rlqs.metrics.rlqs().ledger_error();
-                tracing::warn!(event = "rlqs_ledger_error", %error, "the RLQS ledger did not answer: the bucket keeps its last share");
-            }))
-        });
-        join_all(calls).await
-    }
-
-    /// The action for one bucket, if any, with the bookkeeping it implies.
-    fn answer(
-        &mut self,
-        rlqs: &Rlqs,
-        step: Step,
-        granted: Option<Result<Granted, ()>>,
-    ) -> Option<BucketAction> {
-        let ttl = rlqs.options.assignment_ttl;
-        let metrics = rlqs.metrics.rlqs();
-        if step.abandon {
-            let state = self.buckets.remove(&step.key)?;
-            metrics.bucket_removed(&state.domain, &state.rule, state.rate);
-            return Some(assign::abandon(&state.id));
-        }
-        let state = self.buckets.get_mut(&step.key)?;
-        let shared: &Shared = match &step.target.kind {
-            Err(why) => {
-                metrics.allowed_in_full(&state.domain, &state.rule, why.name());
-                set_rate(rlqs, state, f64::INFINITY);
-                state.share = None;
-                return Some(assign::assign(&state.id, assign::allow_all(), ttl));
-            }
-            Ok(shared) => shared,
-        };
-        let granted = match granted {
-            Some(Ok(granted)) => granted,
-            // The ledger did not answer: the last share holds (resent, so its TTL
-            // does not run out); a bucket never assigned is left to Envoy's
-            // no_assignment_behavior until the ledger answers.
-            _ => {
-                let (tokens, window) = state.share?;
-                let bucket = assign::token_bucket(tokens, shared.tokens, window, shared.burst);
-                return Some(assign::assign(
-                    &state.id,
-                    Strategy::TokenBucket(bucket),
-                    ttl,
-                ));
-            }
-        };
-        state.ledger_streams = granted.streams;
-        if step.resumed && granted.age < rlqs.options.report_period {
-            return None;
-        }
-        let tokens = match state.share {
-            Some((current, window))
-                if window == shared.window_secs
-                    && (granted.tokens as f64 - current as f64).abs()
-                        <= HYSTERESIS * current as f64 =>
-            {
-                current
-            }
-            _ => granted.tokens,
-        };
-        state.share = Some((tokens, shared.window_secs));
-        set_rate(rlqs, state, tokens as f64 / shared.window_secs as f64);
-        let bucket = assign::token_bucket(tokens, shared.tokens, shared.window_secs, shared.burst);
-        Some(assign::assign(
-            &state.id,
-            Strategy::TokenBucket(bucket),
-            ttl,
-        ))
+    /// Drops a bucket (abandoned): its charge and gauges go with it.
+    pub fn remove(&mut self, rlqs: &Rlqs, key: &BucketKey) -> Option<BucketState> {
+        let state = self.buckets.remove(key)?;
+        rlqs.budget.give(state.charge);
+        self.charged -= state.charge;
+        rlqs.metrics
+            .rlqs()
+            .bucket_removed(&state.domain, &state.rule, state.rate);
+        Some(state)
     }
 
     /// What `/rlqs` shows of this stream's buckets.
     pub fn views(&self) -> Vec<BucketView> {
         self.buckets
-            .values()
-            .map(|b| BucketView {
-                bucket: b.entries.clone(),
+            .iter()
+            .map(|(key, b)| BucketView {
+                bucket: key
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
                 domain: b.domain.to_string(),
                 rule: b.rule.to_string(),
                 demand_per_second: b.demand,
-                share_tokens: b.share.map(|(t, _)| t),
-                window_seconds: b.share.map(|(_, w)| w),
+                share_tokens: b.sent.map(|s| s.tokens),
+                window_seconds: b.sent.map(|s| s.window_secs),
                 rate_per_second: b.rate.is_finite().then_some(b.rate),
                 ledger_streams: b.ledger_streams,
             })
@@ -328,44 +282,91 @@ impl StreamState {
     }
 }
 
-/// Records `state`'s new assigned rate (infinite: allowed in full) in it and the gauge.
-fn set_rate(rlqs: &Rlqs, state: &mut BucketState, rate: f64) {
-    rlqs.metrics
-        .rlqs()
-        .rate_changed(&state.domain, &state.rule, state.rate, rate);
-    state.rate = rate;
+/// Handles one reports message on `entry`'s stream: the actions to send, if any.
+pub(super) async fn handle(
+    entry: &StreamEntry,
+    rlqs: &Rlqs,
+    message: RateLimitQuotaUsageReports,
+) -> Result<Option<RateLimitQuotaResponse>, RlqsError> {
+    let now = Instant::now();
+    let (steps, name, own) = {
+        let mut state = entry.lock();
+        let steps = state.observe_all(rlqs, message, now)?;
+        (steps, state.name.clone(), state.own.clone())
+    };
+    let grants = claim_all(rlqs, &steps, &name, &own).await;
+    let mut state = entry.lock();
+    let mut actions = Vec::new();
+    for (step, granted) in steps.into_iter().zip(grants) {
+        if let Some(action) = super::answer::answer(&mut state, rlqs, step, granted, now) {
+            actions.push(action);
+        }
+    }
+    Ok((!actions.is_empty()).then_some(RateLimitQuotaResponse {
+        bucket_action: actions,
+    }))
 }
 
-/// A bucket id that can be used: present, non-empty keys and values, within the size
-/// bound. Returns its canonical key (entries in key order), the entries and the id.
-fn validate(
-    index: u64,
-    id: Option<&BucketId>,
-    max_bytes: usize,
-) -> Result<(String, BTreeMap<String, String>, BucketId), RlqsError> {
-    let bad = |why: String| RlqsError::BadBucket { index, why };
-    let id = id.ok_or_else(|| bad("no bucket_id".into()))?;
-    if id.bucket.is_empty() {
-        return Err(bad("the bucket_id has no entries".into()));
+/// The ledger's answer for every shared bucket of the message, at once; abandoned
+/// buckets' claims are released.
+async fn claim_all(
+    rlqs: &Rlqs,
+    steps: &[Step],
+    name: &str,
+    own: &str,
+) -> Vec<Option<Result<Granted, LedgerError>>> {
+    let timing = rlqs.options.timing();
+    let calls = steps.iter().map(|step| async move {
+        if step.abandon {
+            if let Ok(shared) = &step.target.kind {
+                let released = rlqs
+                    .ledger
+                    .release(&shared.ledger_key, name, own, own, timing);
+                let _ = metered(rlqs, released).await;
+            }
+            return None;
+        }
+        let (key, weight, resumed) = step.claim.as_ref()?;
+        let tokens = step.target.kind.as_ref().ok()?.tokens;
+        let request = ClaimRequest {
+            key,
+            report: Report {
+                name,
+                alias: own,
+                owner: own,
+                weight: *weight,
+                resumed: *resumed,
+                tokens,
+            },
+            timing,
+        };
+        Some(metered(rlqs, rlqs.ledger.claim(request)).await)
+    });
+    join_all(calls).await
+}
+
+/// A ledger call, timed and counted; an error is logged at most once a second.
+pub(super) async fn metered<T>(
+    rlqs: &Rlqs,
+    call: impl Future<Output = Result<T, LedgerError>>,
+) -> Result<T, LedgerError> {
+    let start = Instant::now();
+    let result = call.await;
+    let metrics = rlqs.metrics.rlqs();
+    match &result {
+        Ok(_) => metrics.ledger_call(start.elapsed(), None),
+        Err(error) => {
+            metrics.ledger_call(start.elapsed(), Some(error.kind()));
+            if let Some(suppressed) = ratelimited::admit(&["rlqs_ledger_error", error.kind()]) {
+                tracing::warn!(
+                    event = "rlqs_ledger_error",
+                    ledger = rlqs.ledger.kind(),
+                    %error,
+                    suppressed,
+                    "the RLQS ledger did not answer: buckets keep their last assignment while its hold lasts"
+                );
+            }
+        }
     }
-    let bytes: usize = id.bucket.iter().map(|(k, v)| k.len() + v.len()).sum();
-    if bytes > max_bytes {
-        return Err(bad(format!(
-            "the bucket_id has {bytes} bytes; at most {max_bytes} (--rlqs-max-bucket-id-bytes)"
-        )));
-    }
-    if id.bucket.iter().any(|(k, v)| k.is_empty() || v.is_empty()) {
-        return Err(bad("a bucket_id key or value is empty".into()));
-    }
-    let entries: BTreeMap<String, String> = id
-        .bucket
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let mut key = String::with_capacity(bytes + 2 * entries.len());
-    for (k, v) in &entries {
-        // Lengths first: no value can make two different ids one key.
-        key.push_str(&format!("{}:{}:{}={}|", k.len(), v.len(), k, v));
-    }
-    Ok((key, entries, id.clone()))
+    result
 }

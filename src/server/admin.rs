@@ -3,14 +3,14 @@
 //! `POST /json` check endpoint, which takes and returns the gRPC messages in
 //! protobuf's canonical JSON (camelCase names, enum names, durations as `"42s"`), the
 //! config views `GET /rlconfig` and `GET /config.json` (rendered by
-//! [`super::config_view`]) and `GET /rlqs` (the quota service's live buckets and shares), and `GET /metrics` (Prometheus text, [`crate::metrics`]),
+//! [`super::config_view`]) and `GET /rlqs` (the quota service's streams, paged, or one stream's buckets and shares), and `GET /metrics` (Prometheus text, [`crate::metrics`]),
 //! which [`prometheus`] also serves on `PROMETHEUS_ADDR`'s listener.
 
 use std::sync::{Arc, LazyLock};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
@@ -99,9 +99,23 @@ async fn config_json(State(state): State<AdminState>) -> Response {
     }
 }
 
-/// The quota service's live streams, buckets and shares on this replica.
-async fn rlqs(State(state): State<AdminState>) -> Response {
-    match serde_json::to_vec_pretty(&state.rlqs.view()) {
+/// The quota service on this replica: a summary and a page of streams, or one
+/// stream's buckets and shares (`rlqs::view`).
+async fn rlqs(State(state): State<AdminState>, RawQuery(query): RawQuery) -> Response {
+    use crate::rlqs::view::Query;
+    let body = match Query::parse(query.as_deref()) {
+        Err(message) => return bad_request(message),
+        Ok(Query::Page { after, limit }) => {
+            serde_json::to_vec_pretty(&state.rlqs.view(after, limit))
+        }
+        Ok(Query::Stream(id)) => match state.rlqs.stream_view(id) {
+            Some(view) => serde_json::to_vec_pretty(&view),
+            None => {
+                return (StatusCode::NOT_FOUND, format!("no RLQS stream {id}\n")).into_response();
+            }
+        },
+    };
+    match body {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }

@@ -33,6 +33,15 @@ pub struct RlqsFlags {
     /// RLQS: bucket reports in one message [default: 1000]
     #[arg(long, value_name = "N")]
     pub rlqs_max_reports_per_message: Option<usize>,
+    /// RLQS: streams on one client connection (one peer address and port) [default: 100]
+    #[arg(long, value_name = "N")]
+    pub rlqs_max_streams_per_peer: Option<usize>,
+    /// RLQS: bytes all RLQS state of this process may take (streams, their buckets, the memory ledger); past it a new stream or bucket is refused with RESOURCE_EXHAUSTED [default: 268435456]
+    #[arg(long, value_name = "BYTES")]
+    pub rlqs_max_bytes: Option<u64>,
+    /// RLQS: a stream that sends nothing for this many seconds is closed (Envoy reports every 5 s, even with no bucket) [default: 30]
+    #[arg(long, value_name = "SECONDS")]
+    pub rlqs_idle_stream_secs: Option<u64>,
 }
 
 /// The options from `flags`; `shadow_mode` is the server-wide one.
@@ -54,6 +63,11 @@ pub fn resolve(flags: &RlqsFlags, shadow_mode: bool) -> Result<RlqsOptions, Erro
         max_reports_per_message: flags
             .rlqs_max_reports_per_message
             .unwrap_or(d.max_reports_per_message),
+        max_streams_per_peer: flags
+            .rlqs_max_streams_per_peer
+            .unwrap_or(d.max_streams_per_peer),
+        max_bytes: flags.rlqs_max_bytes.unwrap_or(d.max_bytes),
+        idle_after: secs(flags.rlqs_idle_stream_secs, d.idle_after),
         global_shadow_mode: shadow_mode,
     };
     options.check().map_err(Error::Settings)?;

@@ -3,7 +3,8 @@
 //! [`redis`] (standalone, Sentinel or cluster, shared by every replica), chosen once
 //! as a [`Backend`] that [`stack`] builds the server's store from; wrappers:
 //! [`breaker`] (fail fast while the store is down), [`cache`] (answer known denials
-//! locally) and [`metered`] (time and count the calls that reach the backend).
+//! locally) and [`metered`] (time and count the calls that reach the backend);
+//! [`side`]: other callers' Redis calls (the RLQS ledger's) under the same protections.
 
 pub mod backend;
 pub mod breaker;
@@ -11,6 +12,7 @@ pub mod cache;
 pub mod memory;
 pub mod metered;
 pub mod redis;
+pub mod side;
 pub mod stack;
 
 use std::future::Future;

@@ -27,6 +27,7 @@ mod envoy_gateway;
 mod interop_python;
 mod rlqs;
 mod rlqs_deploy;
+mod rlqs_load;
 mod rlqs_measure;
 mod xds_plane;
 mod xds_sotw;

@@ -4,7 +4,10 @@
 //! at 120 s), `restart` (the same, tollgate killed and restarted at 90 s), `replicas`
 //! (two replicas on the Redis Cluster, the busy Envoy on one, restarted at 90 s) and
 //! `latency` (p99 through Envoy with RLQS against Envoy without any rate limit, under
-//! the limit, on the same load). Figures are printed, not asserted.
+//! the limit, on the same load), and the load scenarios of `rlqs_load.rs`: `scale`
+//! (2,000 streams on one bucket), `memory` (150 streams x 1,000 buckets) and `ledger`
+//! (Redis time per ledger call by claims on the bucket). Figures are printed, not
+//! asserted.
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +27,9 @@ fn rlqs_measure() {
         "restart" => shares(false, Some(90.0)),
         "replicas" => shares(true, Some(90.0)),
         "latency" => latency(),
+        "scale" => crate::rlqs_load::scale(),
+        "memory" => crate::rlqs_load::memory(),
+        "ledger" => crate::rlqs_load::ledger(),
         other => panic!("RLQS_SCENARIO: unknown scenario {other}"),
     }
 }

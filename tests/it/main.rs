@@ -65,6 +65,7 @@ mod reload;
 mod resilience;
 mod rlqs;
 mod rlqs_lua;
+mod rlqs_scale;
 mod script_calls;
 mod script_work;
 mod scripts;

@@ -1,223 +1,91 @@
 //! The quota service (RLQS) over real gRPC streams: shares follow reported demand and
-//! sum to the limit, on the memory ledger (one replica) and in Redis (standalone and
-//! cluster: two replicas divide one limit); free buckets are allowed in full; a stream
-//! that breaks a rule or a bound ends alone with a clear status.
+//! never sum past the limit, on the memory ledger (one replica) and in Redis
+//! (standalone and cluster: two replicas divide one limit); free buckets are allowed
+//! in full; a stream that breaks a rule or a bound (streams, streams per connection,
+//! buckets, the byte budget, silence) ends alone with a clear status; `/rlqs` is a
+//! summary with pages. Many streams, shared ids and liars: `rlqs_scale.rs`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
-
-use tollgate::limiter::{Limiter, LimiterOptions};
-use tollgate::proto::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
-use tollgate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
-use tollgate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
-use tollgate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use tollgate::proto::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
-use tollgate::rlqs::ledger::memory::MemoryLedger;
+use tollgate::rlqs::budget::STREAM_BYTES;
 use tollgate::rlqs::ledger::redis::RedisLedger;
-use tollgate::rlqs::{Ledger, Rlqs, RlqsOptions};
-use tollgate::server::{self, Listeners, ServeOptions};
-use tollgate::store::memory::MemoryStore;
+use tollgate::rlqs::{Rlqs, RlqsOptions};
+use tollgate::store::breaker::BreakerOptions;
 
-use crate::common::server::config;
+use crate::common::rlqs::{Envoy, Share, bucket, channel, get, reports, start};
 use crate::common::stores::{cluster_target, options, standalone_target};
 
-const YAML: &str = "domain: quota\ndescriptors:\n  - key: name\n    value: api\n    rate_limit: {unit: minute, requests_per_unit: 600}\n  - key: name\n    value: free\n    rate_limit: {unlimited: true}\n";
-
-/// A server on port 0 whose quota service uses `ledger`; dropping the sender stops it.
-async fn start(
-    ledger: Arc<dyn Ledger>,
-    options: RlqsOptions,
-    prefix: &str,
-) -> (SocketAddr, oneshot::Sender<()>) {
-    let (grpc, _http, stop) = start_http(ledger, options, prefix).await;
-    (grpc, stop)
-}
-
-/// [`start`], also returning the HTTP port.
-async fn start_http(
-    ledger: Arc<dyn Ledger>,
-    options: RlqsOptions,
-    prefix: &str,
-) -> (SocketAddr, SocketAddr, oneshot::Sender<()>) {
-    let limiter = Arc::new(Limiter::new(
-        config(YAML),
-        Arc::new(MemoryStore::new()),
-        LimiterOptions::default(),
-    ));
-    let rlqs = Arc::new(Rlqs::new(limiter.clone(), ledger, options, prefix));
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let listeners = Listeners::bind(any, any).await.unwrap();
-    let addr = listeners.grpc_addr();
-    let http = listeners.http_addr();
-    let (tx, rx) = oneshot::channel::<()>();
-    let serve = ServeOptions {
-        rlqs: Some(rlqs),
-        ..ServeOptions::default()
-    };
-    tokio::spawn(server::run_with(listeners, limiter, serve, async move {
-        let _ = rx.await;
-    }));
-    (addr, http, tx)
-}
-
-/// One Envoy's stream: send reports, read actions.
-struct Envoy {
-    tx: mpsc::Sender<RateLimitQuotaUsageReports>,
-    rx: Streaming<RateLimitQuotaResponse>,
-}
-
-impl Envoy {
-    async fn open(addr: SocketAddr) -> Result<Self, tonic::Status> {
-        let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
-            .await
-            .unwrap();
-        let (tx, reports) = mpsc::channel(8);
-        let rx = client
-            .stream_rate_limit_quotas(ReceiverStream::new(reports))
-            .await?
-            .into_inner();
-        Ok(Self { tx, rx })
-    }
-
-    /// Reports `name`'s bucket with `requests` over `elapsed` seconds; the answer.
-    async fn report(
-        &mut self,
-        name: &str,
-        requests: u64,
-        elapsed: i64,
-    ) -> Result<Option<Action>, tonic::Status> {
-        self.tx
-            .send(reports(
-                "quota",
-                bucket(&[("name", name)]),
-                requests,
-                elapsed,
-            ))
-            .await
-            .unwrap();
-        self.next().await
-    }
-
-    async fn next(&mut self) -> Result<Option<Action>, tonic::Status> {
-        let answer = tokio::time::timeout(Duration::from_secs(10), self.rx.message())
-            .await
-            .expect("an answer within 10 s")?;
-        Ok(answer
-            .and_then(|mut r| r.bucket_action.pop())
-            .and_then(|a| a.bucket_action))
-    }
-}
-
-fn bucket(entries: &[(&str, &str)]) -> BucketId {
-    BucketId {
-        bucket: entries
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-    }
-}
-
-fn reports(domain: &str, id: BucketId, requests: u64, elapsed: i64) -> RateLimitQuotaUsageReports {
-    RateLimitQuotaUsageReports {
-        domain: domain.to_owned(),
-        bucket_quota_usages: vec![BucketQuotaUsage {
-            bucket_id: Some(id),
-            time_elapsed: Some(prost_types::Duration {
-                seconds: elapsed,
-                nanos: 0,
-            }),
-            num_requests_allowed: requests / 2,
-            num_requests_denied: requests - requests / 2,
-            last_report: None,
-        }],
-    }
-}
-
-/// The tokens per window of a token-bucket assignment (and its TTL and interval).
-fn tokens(action: &Option<Action>) -> u64 {
-    let Some(Action::QuotaAssignmentAction(a)) = action else {
-        panic!("expected an assignment, got {action:?}");
-    };
-    assert_eq!(a.assignment_time_to_live.unwrap().seconds, 30);
-    match a
-        .rate_limit_strategy
-        .as_ref()
-        .and_then(|s| s.strategy.clone())
-    {
-        Some(Strategy::TokenBucket(b)) => {
-            assert_eq!(
-                b.fill_interval.unwrap().seconds,
-                60,
-                "the rule's window, whole seconds"
-            );
-            u64::from(b.tokens_per_fill.unwrap())
-        }
-        other => panic!("expected a token bucket, got {other:?}"),
-    }
-}
-
-/// Three streams: each new one gets a fair provisional share; once they report
-/// demand 10:1:1, the shares follow it and sum to the limit; when the busy one goes
-/// quiet, its share goes to the others at their next report.
+/// Three streams: the first gets the whole limit, the next two nothing until the
+/// first gives some back; once they report demand 10:1:1 (the busy one's counted up
+/// to the limit's rate) the shares follow it; when the busy one goes quiet, its
+/// share goes to the others. At no answer do the latest shares sum past the limit.
 async fn shares_follow_demand(addrs: [SocketAddr; 3]) {
     let mut envoys = Vec::new();
     for addr in addrs {
         envoys.push(Envoy::open(addr).await.unwrap());
     }
-    let first = tokens(&envoys[0].report("api", 1, 0).await.unwrap());
-    assert_eq!(first, 600, "alone, the whole limit");
-    tokens(&envoys[1].report("api", 1, 0).await.unwrap());
-    assert_eq!(
-        tokens(&envoys[2].report("api", 1, 0).await.unwrap()),
-        200,
-        "a fair provisional share"
-    );
-    // Demand is measured over at least a second between reports (tollgate's clock;
-    // counts of a report sooner than that carry over to the next).
     let mut shares = [0u64; 3];
-    for _round in 0..2 {
-        tokio::time::sleep(Duration::from_millis(1100)).await;
-        for (i, demand) in [1000, 100, 100].into_iter().enumerate() {
-            shares[i] = tokens(&envoys[i].report("api", demand, 1).await.unwrap());
+    let mut record = |i: usize, share: Option<Share>| {
+        shares[i] = share.expect("an answer").tokens();
+        let sum: u64 = shares.iter().sum();
+        assert!(sum <= 600, "shares {shares:?} sum past the limit");
+        shares
+    };
+    let first = record(0, envoys[0].report("api", 1, 0).await.unwrap());
+    assert_eq!(first[0], 600, "alone, the whole limit");
+    for i in [1, 2] {
+        let share = envoys[i].report("api", 1, 0).await.unwrap();
+        assert_eq!(share, Some(Share::Denied), "nothing unassigned yet");
+        record(i, share);
+    }
+    // Rounds more than 2 s apart (tokens given back are reusable 2 s later): about
+    // 20, 2 and 2 requests per second against a limit of 10.
+    let mut last = [0u64; 3];
+    for _round in 0..3 {
+        tokio::time::sleep(Duration::from_millis(2_100)).await;
+        for (i, requests) in [42, 4, 4].into_iter().enumerate() {
+            last = record(i, envoys[i].report("api", requests, 2).await.unwrap());
         }
     }
-    let sum: u64 = shares.iter().sum();
+    let sum: u64 = last.iter().sum();
+    assert!((590..=600).contains(&sum), "shares {last:?} use the limit");
+    assert!(last[0] >= 400, "the busy stream gets most: {last:?}");
+    assert!(last[1] >= 60 && last[2] >= 60, "{last:?}");
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    record(0, envoys[0].report("api", 0, 2).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    // Still about 2 a second each, over the two periods since their last report.
+    for i in [1, 2] {
+        last = record(i, envoys[i].report("api", 8, 4).await.unwrap());
+    }
     assert!(
-        (590..=610).contains(&sum),
-        "shares {shares:?} sum to the limit"
-    );
-    assert!(shares[0] >= 450, "the busy stream gets most: {shares:?}");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    tokens(&envoys[0].report("api", 0, 1).await.unwrap());
-    let quiet = [
-        tokens(&envoys[1].report("api", 100, 1).await.unwrap()),
-        tokens(&envoys[2].report("api", 100, 1).await.unwrap()),
-    ];
-    assert!(
-        quiet.iter().all(|&t| t >= 250),
-        "the quiet stream's share moved: {quiet:?}"
+        last[1] >= 250 && last[2] >= 250,
+        "the quiet streams got the busy one's share: {last:?}"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shares_follow_demand_on_one_replica() {
-    let (addr, _stop) = start(Arc::new(MemoryLedger::new(100)), RlqsOptions::default(), "").await;
-    shares_follow_demand([addr, addr, addr]).await;
+    let server = start(Rlqs::in_memory).await;
+    shares_follow_demand([server.grpc; 3]).await;
 }
 
 async fn two_replicas(target: tollgate::store::redis::connect::RedisTarget, test: &str) {
     let redis = options(target, test);
-    let ledger = || -> Arc<dyn Ledger> { Arc::new(RedisLedger::new(redis.clone()).unwrap()) };
-    let (a, _stop_a) = start(ledger(), RlqsOptions::default(), &redis.key_prefix).await;
-    let (b, _stop_b) = start(ledger(), RlqsOptions::default(), &redis.key_prefix).await;
-    shares_follow_demand([a, b, a]).await;
+    let make = |limiter| {
+        let ledger = RedisLedger::new(&redis, BreakerOptions::default()).unwrap();
+        Rlqs::new(
+            limiter,
+            Arc::new(ledger),
+            RlqsOptions::default(),
+            &redis.key_prefix,
+        )
+    };
+    let a = start(make).await;
+    let b = start(make).await;
+    shares_follow_demand([a.grpc, b.grpc, a.grpc]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -232,24 +100,11 @@ async fn two_replicas_on_one_cluster_divide_one_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn free_buckets_are_allowed_in_full() {
-    let (addr, _stop) = start(Arc::new(MemoryLedger::new(100)), RlqsOptions::default(), "").await;
-    let mut envoy = Envoy::open(addr).await.unwrap();
+    let server = start(Rlqs::in_memory).await;
+    let mut envoy = Envoy::open(server.grpc).await.unwrap();
     for name in ["free", "nothing-matches"] {
-        match envoy.report(name, 3, 0).await.unwrap() {
-            Some(Action::QuotaAssignmentAction(a)) => {
-                let strategy = a.rate_limit_strategy.and_then(|s| s.strategy);
-                assert_eq!(
-                    strategy,
-                    Some(Strategy::BlanketRule(BlanketRule::AllowAll as i32)),
-                    "{name}"
-                );
-                assert!(
-                    a.assignment_time_to_live.unwrap().seconds > 0,
-                    "a TTL, or Envoy expires it at once"
-                );
-            }
-            other => panic!("{name}: {other:?}"),
-        }
+        let share = envoy.report(name, 3, 0).await.unwrap();
+        assert_eq!(share, Some(Share::AllowAll), "{name}");
     }
 }
 
@@ -261,17 +116,24 @@ async fn garbage_ends_only_its_own_stream() {
         max_bucket_id_bytes: 64,
         ..RlqsOptions::default()
     };
-    let (addr, _stop) = start(Arc::new(MemoryLedger::new(100)), options, "").await;
+    let server = start(|limiter| Rlqs::memory(limiter, options)).await;
+    let addr = server.grpc;
     let mut good = Envoy::open(addr).await.unwrap();
-    tokens(&good.report("api", 1, 0).await.unwrap());
-    let cases: [(RateLimitQuotaUsageReports, &str); 4] = [
-        (reports("quota", bucket(&[]), 1, 0), "no entries"),
-        (reports("quota", bucket(&[("name", "")]), 1, 0), "empty"),
+    assert_eq!(
+        good.report("api", 1, 0).await.unwrap(),
+        Some(Share::Tokens(600))
+    );
+    let cases = [
+        (reports("quota", bucket(&[]), 1, 0, 0), "no entries"),
+        (reports("quota", bucket(&[("name", "")]), 1, 0, 0), "empty"),
         (
-            reports("quota", bucket(&[("name", &"x".repeat(100))]), 1, 0),
+            reports("quota", bucket(&[("name", &"x".repeat(100))]), 1, 0, 0),
             "--rlqs-max-bucket-id-bytes",
         ),
-        (reports("", bucket(&[("name", "api")]), 1, 0), "no domain"),
+        (
+            reports("", bucket(&[("name", "api")]), 1, 0, 0),
+            "no domain",
+        ),
     ];
     for (message, says) in cases {
         let mut bad = Envoy::open(addr).await.unwrap();
@@ -281,20 +143,32 @@ async fn garbage_ends_only_its_own_stream() {
         assert!(status.message().contains(says), "{status:?}");
     }
     let mut changer = Envoy::open(addr).await.unwrap();
-    tokens(&changer.report("api", 1, 0).await.unwrap());
+    assert!(changer.report("api", 1, 0).await.unwrap().is_some());
     changer
         .tx
-        .send(reports("other", bucket(&[("name", "api")]), 1, 0))
+        .send(reports("other", bucket(&[("name", "api")]), 1, 0, 0))
         .await
         .unwrap();
     assert_eq!(
         changer.next().await.unwrap_err().code(),
         tonic::Code::InvalidArgument
     );
-    assert!(
-        tokens(&good.report("api", 1, 0).await.unwrap()) > 0,
+    assert_eq!(
+        good.report("api", 1, 0).await.unwrap(),
+        Some(Share::Tokens(600)),
         "the good stream still answered"
     );
+}
+
+/// The status a stream ends with after one report of `name`.
+async fn refused(envoy: &mut Envoy, name: &str) -> tonic::Status {
+    envoy.send(name, 1, 0, 0).await;
+    envoy.next().await.expect_err("the stream ends")
+}
+
+fn assert_exhausted(status: &tonic::Status, flag: &str) {
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains(flag), "{status:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,69 +178,160 @@ async fn streams_and_buckets_are_bounded() {
         max_buckets_per_stream: 1,
         ..RlqsOptions::default()
     };
-    let (addr, _stop) = start(Arc::new(MemoryLedger::new(100)), options, "").await;
-    let mut one = Envoy::open(addr).await.unwrap();
-    tokens(&one.report("api", 1, 0).await.unwrap());
-    let refused = Envoy::open(addr)
-        .await
-        .err()
-        .expect("a second stream is refused");
-    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
-    assert!(
-        refused.message().contains("--rlqs-max-streams"),
-        "{refused:?}"
+    let server = start(|limiter| Rlqs::memory(limiter, options)).await;
+    let mut one = Envoy::open(server.grpc).await.unwrap();
+    assert!(one.report("api", 1, 0).await.unwrap().is_some());
+    let second = Envoy::open(server.grpc).await;
+    assert_exhausted(&second.err().expect("refused"), "--rlqs-max-streams");
+    assert_exhausted(
+        &refused(&mut one, "free").await,
+        "--rlqs-max-buckets-per-stream",
     );
-    one.tx
-        .send(reports("quota", bucket(&[("name", "free")]), 1, 0))
-        .await
-        .unwrap();
-    let status = one.next().await.unwrap_err();
-    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+}
+
+/// One connection opens at most `--rlqs-max-streams-per-peer` streams (10,000 silent
+/// streams of one client cannot take every slot); another connection still can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_per_connection_are_bounded() {
+    let options = RlqsOptions {
+        max_streams_per_peer: 3,
+        ..RlqsOptions::default()
+    };
+    let server = start(|limiter| Rlqs::memory(limiter, options)).await;
+    let one = channel(server.grpc).await;
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(Envoy::on(one.clone(), None).await.unwrap());
+    }
+    let fourth = Envoy::on(one.clone(), Some("envoy-4")).await;
+    assert_exhausted(
+        &fourth.err().expect("refused"),
+        "--rlqs-max-streams-per-peer",
+    );
+    let mut other = Envoy::open(server.grpc).await.expect("another connection");
+    assert!(other.report("api", 1, 0).await.unwrap().is_some());
+    // A slot is free again once a stream ends.
+    drop(open.pop());
+    let mut again = None;
+    for _ in 0..50 {
+        if let Ok(envoy) = Envoy::on(one.clone(), None).await {
+            again = Some(envoy);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(again.is_some(), "the ended stream's slot came back");
+}
+
+/// Past `--rlqs-max-bytes` a new bucket, and a new stream, are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_budget_refuses_what_does_not_fit() {
+    let options = RlqsOptions {
+        max_bytes: STREAM_BYTES + 1_500,
+        ..RlqsOptions::default()
+    };
+    let server = start(|limiter| Rlqs::memory(limiter, options)).await;
+    let mut envoy = Envoy::open(server.grpc).await.unwrap();
+    assert!(envoy.report("api", 1, 0).await.unwrap().is_some());
+    assert_exhausted(&refused(&mut envoy, "small").await, "--rlqs-max-bytes");
+    // The refused stream's charge comes back as its task ends.
+    let mut first = None;
+    for _ in 0..100 {
+        if let Ok(envoy) = Envoy::open(server.grpc).await {
+            first = Some(envoy);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _first = first.expect("a stream fits again");
+    let second = Envoy::open(server.grpc).await;
+    assert_exhausted(&second.err().expect("refused"), "--rlqs-max-bytes");
+}
+
+/// A stream that sends nothing is closed after `--rlqs-idle-stream-secs`; one that
+/// reports stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_streams_are_closed() {
+    let options = RlqsOptions {
+        report_period: Duration::from_secs(1),
+        stale_after: Duration::from_secs(2),
+        assignment_ttl: Duration::from_secs(2),
+        idle_after: Duration::from_secs(2),
+        ..RlqsOptions::default()
+    };
+    options.check().unwrap();
+    let server = start(|limiter| Rlqs::memory(limiter, options)).await;
+    let mut silent = Envoy::open(server.grpc).await.unwrap();
+    let mut talking = Envoy::open(server.grpc).await.unwrap();
+    let began = std::time::Instant::now();
+    while began.elapsed() < Duration::from_secs(3) {
+        assert!(talking.report("api", 1, 0).await.unwrap().is_some());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let status = silent.next().await.expect_err("closed");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert!(
-        status.message().contains("--rlqs-max-buckets-per-stream"),
+        status.message().contains("--rlqs-idle-stream-secs"),
         "{status:?}"
     );
+    assert!(talking.report("api", 1, 0).await.unwrap().is_some());
 }
 
-/// GET `path` on `addr` (the admin port), the body.
-async fn get(addr: SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).await.unwrap();
-    text
-}
-
-/// `/rlqs` shows the live stream, its bucket and share; `/metrics` the stream, the
-/// bucket, the assigned rate and what Envoy reported, labelled by domain and rule.
+/// `/rlqs` is a summary with a page of streams, one line each; `?stream=` shows one
+/// stream's buckets and shares; `/metrics` the streams, buckets, assigned rate, what
+/// Envoy reported and the state's bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_admin_page_and_metrics_show_buckets_and_shares() {
-    let (addr, http, _stop) =
-        start_http(Arc::new(MemoryLedger::new(100)), RlqsOptions::default(), "").await;
-    let mut envoy = Envoy::open(addr).await.unwrap();
-    assert_eq!(tokens(&envoy.report("api", 4, 0).await.unwrap()), 600);
+async fn the_admin_page_is_paged_and_metrics_show_buckets_and_shares() {
+    let server = start(Rlqs::in_memory).await;
+    let mut envoy = Envoy::open(server.grpc).await.unwrap();
+    assert_eq!(
+        envoy.report("api", 4, 0).await.unwrap(),
+        Some(Share::Tokens(600))
+    );
     envoy.report("free", 2, 0).await.unwrap();
-    let page = get(http, "/rlqs").await;
-    let body = &page[page.find("\r\n\r\n").expect("a body") + 4..];
-    let view: serde_json::Value = serde_json::from_str(body).expect("JSON");
-    let buckets = &view["streams"][0]["buckets"];
-    let api = buckets
+    let mut others = Vec::new();
+    for _ in 0..2 {
+        others.push(Envoy::open(server.grpc).await.unwrap());
+    }
+    let json = |body: &str| -> serde_json::Value { serde_json::from_str(body).expect("JSON") };
+    let (status, body) = get(server.http, "/rlqs?limit=2").await;
+    assert_eq!(status, 200, "{body}");
+    let view = json(&body);
+    assert_eq!(
+        (view["streams"].as_u64(), view["buckets"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert!(view["state_bytes"].as_u64().unwrap() > 0, "{view}");
+    let page = view["page"].as_array().unwrap();
+    assert_eq!(page.len(), 2, "{view}");
+    assert_eq!(page[0]["buckets"], 2, "{view}");
+    let id = page[0]["id"].as_u64().unwrap();
+    let next = view["next"].as_u64().expect("a next page");
+    let (_, body) = get(server.http, &format!("/rlqs?after={next}&limit=2")).await;
+    let rest = json(&body);
+    assert_eq!(rest["page"].as_array().unwrap().len(), 1, "{rest}");
+    assert!(rest["next"].is_null(), "{rest}");
+    let (_, body) = get(server.http, &format!("/rlqs?stream={id}")).await;
+    let stream = json(&body);
+    let api = stream["buckets"]
         .as_array()
         .unwrap()
         .iter()
         .find(|b| b["bucket"]["name"] == "api")
         .expect("the api bucket");
-    assert_eq!(api["share_tokens"], 600, "{view}");
-    assert_eq!(api["rule"], "name_api", "{view}");
-    let metrics = get(http, "/metrics").await;
+    assert_eq!(api["share_tokens"], 600, "{stream}");
+    assert_eq!(api["rule"], "name_api", "{stream}");
+    assert_eq!(get(server.http, "/rlqs?stream=999999").await.0, 404);
+    assert_eq!(get(server.http, "/rlqs?everything=1").await.0, 400);
+    let (_, metrics) = get(server.http, "/metrics").await;
     for line in [
-        "tollgate_rlqs_streams 1",
+        "tollgate_rlqs_streams 3",
         "tollgate_rlqs_buckets{domain=\"quota\",rule=\"name_api\"} 1",
         "tollgate_rlqs_assigned_rate{domain=\"quota\",rule=\"name_api\"} 10.0",
         "tollgate_rlqs_reported_requests_total{domain=\"quota\",rule=\"name_api\",outcome=\"allowed\"} 2",
         "tollgate_rlqs_allowed_in_full_total{domain=\"quota\",rule=\"name_free\",reason=\"unlimited\"} 1",
+        "tollgate_rlqs_state_bytes ",
+        "tollgate_rlqs_ledger_duration_seconds_count ",
     ] {
         assert!(metrics.contains(line), "{line} missing:\n{metrics}");
     }

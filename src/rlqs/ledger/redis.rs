@@ -1,134 +1,99 @@
 //! The claims in Redis (standalone, Sentinel or Cluster), so Envoys connected to
-//! different replicas divide one limit. Each bucket is one hash under its counter's
-//! hash tag; `lua/rlqs.lua` reads and rewrites it in one atomic call (EVALSHA with the
-//! NOSCRIPT fallback of `store/redis/scripts`). The connection is made as the store's
-//! are (`store/redis/connect`, the same settings, TLS and Sentinel), on first use and
-//! again after a failure, never more than once a second: reports arrive every few
-//! seconds, and a bucket whose ledger cannot answer keeps its last assignment.
+//! different replicas divide one limit. A bucket is a hash of running totals and one
+//! field per claim, and a sorted set of the claims' deadlines, both under the hash
+//! tag its counter would have; `lua/rlqs.lua` (the twin of `rlqs/claims/`) reads and
+//! writes the reporter's claim, the totals and a few due deadlines in one atomic call.
+//! Calls go through the store's protections (`store::side`: its connection settings,
+//! timeout and breaker); a bucket whose ledger cannot answer keeps its last assignment
+//! while its hold lasts.
 
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Script;
-use tokio::sync::Mutex;
 
-use super::{ClaimRequest, Granted, Ledger, LedgerError, LedgerFuture};
-use crate::store::redis::connect::{self, Connection, RedisOptions};
-use crate::store::redis::scripts::evalsha;
+use super::{ClaimRequest, Granted, Ledger, LedgerFuture, Timing};
+use crate::store::breaker::BreakerOptions;
+use crate::store::redis::connect::RedisOptions;
+use crate::store::side::SideCalls;
 
-static CLAIM: LazyLock<Script> =
+static SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/rlqs.lua")));
 
-/// Between two connection attempts after a failure.
-const RECONNECT_EVERY: Duration = Duration::from_secs(1);
+/// The breaker's name in its log lines.
+const NODE: &str = "rlqs-ledger";
 
 pub struct RedisLedger {
-    options: RedisOptions,
-    /// The connection once made (clones share it), and when it was last tried.
-    connection: Mutex<(Option<Connection>, Option<Instant>)>,
+    calls: SideCalls,
 }
 
 impl RedisLedger {
     /// Checks the settings now; connects on first use.
-    pub fn new(options: RedisOptions) -> Result<Self, String> {
-        connect::check(&options)?;
-        Ok(Self {
-            options,
-            connection: Mutex::new((None, None)),
-        })
-    }
-
-    async fn connection(&self) -> Result<Connection, LedgerError> {
-        let mut slot = self.connection.lock().await;
-        if let Some(c) = &slot.0 {
-            return Ok(c.clone());
-        }
-        if slot.1.is_some_and(|at| at.elapsed() < RECONNECT_EVERY) {
-            return Err(LedgerError::Unavailable(
-                "not connected to Redis yet".into(),
-            ));
-        }
-        slot.1 = Some(Instant::now());
-        let made = tokio::time::timeout(
-            self.options.connect_timeout,
-            connect::connect(&self.options),
-        )
-        .await
-        .map_err(|_| LedgerError::Unavailable("connecting to Redis timed out".into()))?
-        .map_err(LedgerError::Unavailable)?;
-        slot.0 = Some(made.clone());
-        Ok(made)
-    }
-
-    /// A call that failed on the connection: the next call makes a new one (the
-    /// connection types reconnect themselves too; this covers a cluster whose
-    /// topology changed under a connection that gave up).
-    async fn forget(&self) {
-        let mut slot = self.connection.lock().await;
-        slot.0 = None;
-    }
-
-    async fn run<T: redis::FromRedisValue>(
-        &self,
-        cmd: redis::Cmd,
-        script: Option<&Script>,
-    ) -> Result<T, LedgerError> {
-        let mut con = self.connection().await?;
-        let budget = self.options.timeout.max(Duration::from_secs(1));
-        let call = async {
-            match script {
-                Some(script) => evalsha(&mut con, &cmd, script).await,
-                None => cmd.query_async(&mut con).await,
-            }
-        };
-        match tokio::time::timeout(budget, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => {
-                if e.is_io_error() || e.is_connection_dropped() {
-                    self.forget().await;
-                }
-                Err(LedgerError::Unavailable(connect::describe(&e)))
-            }
-            Err(_) => Err(LedgerError::Unavailable(format!(
-                "no answer within {budget:?}"
-            ))),
-        }
+    pub fn new(options: &RedisOptions, breaker: BreakerOptions) -> Result<Self, String> {
+        let calls =
+            SideCalls::new(options, breaker, NODE, vec![&*SCRIPT]).map_err(|e| e.to_string())?;
+        Ok(Self { calls })
     }
 }
 
-/// A demand as the script stores it: shortest round-trip text, "" when unknown.
-fn demand_text(demand: Option<f64>) -> String {
-    demand.map_or_else(String::new, |d| format!("{d:e}"))
+/// The deadlines' set beside the bucket's hash (same hash tag, same slot).
+fn due_key(key: &str) -> String {
+    format!("{key}:due")
+}
+
+/// The script's timing arguments, and the keys' TTL: long enough that every
+/// deadline in them has passed when they go (a claim's latest is its hold's end).
+fn timing_args(timing: &Timing) -> [String; 4] {
+    let ttl = 2 * (timing.stale_ms + timing.hold_ms + timing.grace_ms);
+    [timing.stale_ms, timing.hold_ms, timing.grace_ms, ttl].map(|ms| ms.to_string())
 }
 
 impl Ledger for RedisLedger {
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> LedgerFuture<'a, Granted> {
         Box::pin(async move {
-            let stale_ms = request.stale_after.as_millis() as u64;
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(CLAIM.get_hash())
-                .arg(1)
-                .arg(request.key)
-                .arg(request.stream)
-                .arg(demand_text(request.demand))
-                .arg(request.tokens)
-                .arg(stale_ms)
-                // The key outlives its last claim by a little, then goes on its own.
-                .arg(stale_ms.saturating_mul(2));
-            let (tokens, streams, age_ms): (u64, u64, u64) = self.run(cmd, Some(&CLAIM)).await?;
+            let report = &request.report;
+            let due = due_key(request.key);
+            let weight = report.weight.map(|w| w.to_string()).unwrap_or_default();
+            let tokens = report.tokens.to_string();
+            let timing = timing_args(&request.timing);
+            let mut args: Vec<&str> = vec![
+                "claim",
+                report.name,
+                report.alias,
+                report.owner,
+                &weight,
+                if report.resumed { "1" } else { "0" },
+                &tokens,
+            ];
+            args.extend(timing.iter().map(String::as_str));
+            let (tokens, streams, age_ms, on_alias, partial): (u64, u64, u64, u8, u8) = self
+                .calls
+                .script(&SCRIPT, &[request.key, &due], &args)
+                .await?;
             Ok(Granted {
                 tokens,
                 streams: streams as usize,
                 age: Duration::from_millis(age_ms),
+                on_alias: on_alias == 1,
+                partial: partial == 1,
             })
         })
     }
 
-    fn release<'a>(&'a self, key: &'a str, stream: &'a str) -> LedgerFuture<'a, ()> {
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        name: &'a str,
+        alias: &'a str,
+        owner: &'a str,
+        timing: Timing,
+    ) -> LedgerFuture<'a, ()> {
         Box::pin(async move {
-            let mut cmd = redis::cmd("HDEL");
-            cmd.arg(key).arg(format!("c:{stream}"));
-            let _: i64 = self.run(cmd, None).await?;
+            let due = due_key(key);
+            let timing = timing_args(&timing);
+            let mut args: Vec<&str> = vec!["release", name, alias, owner, "", "0", "0"];
+            args.extend(timing.iter().map(String::as_str));
+            let _: i64 = self.calls.script(&SCRIPT, &[key, &due], &args).await?;
             Ok(())
         })
     }

@@ -4,7 +4,8 @@
 //! ([`stores`]), bursts of requests queued behind a held Redis ([`burst`]), load for
 //! the fault tests ([`fault_load`]), the deployment's Envoy
 //! config ([`envoy`]), test certificates ([`tls_certs`]), reading /metrics
-//! ([`prometheus`]) and free ports for the processes they start ([`ports`]).
+//! ([`prometheus`]), an RLQS client ([`rlqs`]) and free ports for the processes they
+//! start ([`ports`]).
 //!
 //! The `it` binary uses all of it; the other test binaries include it with `#[path]`
 //! and use only part of it (they say so where they include it).
@@ -16,6 +17,7 @@ pub mod ports;
 pub mod process;
 pub mod prometheus;
 pub mod redis;
+pub mod rlqs;
 pub mod server;
 pub mod stores;
 pub mod tls_certs;
