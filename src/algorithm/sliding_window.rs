@@ -7,7 +7,7 @@
 //! `time_zone` the windows are that zone's calendar periods (`calendar.rs`): W is the
 //! current period's length, and the previous count is the period before's.
 
-use super::{mode, Decision, Layout, Model, Params, Stored, ceil_ms, floor_u64};
+use super::{Division, mode, Decision, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct State {
@@ -131,6 +131,9 @@ impl Model for SlidingWindow {
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = false;
+    const DIVISION: Division = Division::Refused(
+        "its estimate weighs the previous window's count, so a share that moved between the two windows does not bound what a region admits; use fixed_window",
+    );
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {
