@@ -99,6 +99,7 @@ pub fn step(record: Option<Record>, report: &Report<'_>, t: &Timing) -> (Record,
     let mut r = record.unwrap_or_else(|| Record {
         window_ms: w_ms,
         division: division_name(report.division).to_owned(),
+        born_ms: t.now_ms,
         ..Record::default()
     });
     let current = window::index(t.now_ms, w_ms);
@@ -109,9 +110,15 @@ pub fn step(record: Option<Record>, report: &Report<'_>, t: &Timing) -> (Record,
         overcommitted,
         ..Outcome::default()
     };
+    // A window not yet begun is granted only once the record has heard every region
+    // that reports (a stale period): its grants are never taken back, and the first
+    // region to report a new counter would otherwise hold the whole next window.
+    let settled = t.now_ms.saturating_sub(r.born_ms) >= t.stale_ms;
     if !overcommitted {
         for w in window::granted(t.now_ms, w_ms, t.lead_ms) {
-            divide(&mut r, report, w, current, t, &mut outcome);
+            if w == current || settled {
+                divide(&mut r, report, w, current, t, &mut outcome);
+            }
         }
     }
     outcome.grants = r

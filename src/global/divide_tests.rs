@@ -39,10 +39,25 @@ fn granted(record: &Record, w: u64, region: &str) -> u64 {
 }
 
 #[test]
-fn a_new_counter_is_granted_a_margin_not_the_whole_limit() {
+fn a_new_counter_is_granted_a_margin_not_the_whole_limit_and_the_next_window_once_settled() {
     let (record, outcome) = step(None, &report("eu", 0.0, &[]), &timing(T0));
-    assert_eq!(outcome.grants, vec![(1000, 300), (1001, 300)]);
+    assert_eq!(outcome.grants, vec![(1000, 300)]);
     assert!(record.holds() && !outcome.overcommitted);
+    // A stale period on, every region that reports has: the next window is divided.
+    let held = outcome.grants;
+    let (record, outcome) = step(Some(record), &report("eu", 0.0, &held), &timing(T0 + 6_000));
+    assert_eq!(outcome.grants, vec![(1000, 300), (1001, 300)]);
+    assert!(record.holds());
+}
+
+#[test]
+fn the_first_region_of_a_new_counter_does_not_take_the_next_window() {
+    let (record, _) = step(None, &report("a", 105.0, &[]), &timing(T0));
+    let (record, _) = step(Some(record), &report("b", 30.0, &[]), &timing(T0 + 1_000));
+    let (record, _) = step(Some(record), &report("c", 15.0, &[]), &timing(T0 + 2_000));
+    let (record, _) = step(Some(record), &report("a", 105.0, &[]), &timing(T0 + 6_000));
+    assert_eq!(granted(&record, 1001, "a"), 4200, "{record:?}");
+    assert_eq!(record.windows[&1001].free(), 1800);
 }
 
 #[test]
@@ -145,7 +160,7 @@ fn a_silent_region_keeps_its_grants_and_the_windows_after_them_go_to_the_others(
     let (record, _) = step(
         Some(record),
         &report("gone", 50.0, &held),
-        &timing(T0 + 2000),
+        &timing(T0 + 7000),
     );
     let gone_now = granted(&record, 1000, "gone");
     let gone_next = granted(&record, 1001, "gone");

@@ -22,6 +22,9 @@ pub struct Record {
     pub window_ms: u64,
     /// `window` or `rate` (`algorithm::Division`), for `inspect`.
     pub division: String,
+    /// When the first report made it (ms since the epoch).
+    #[serde(default)]
+    pub born_ms: u64,
     /// The windows with grants, by index (`window::index`).
     pub windows: BTreeMap<u64, Window>,
     /// Regions that reported, by name.

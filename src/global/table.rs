@@ -85,8 +85,8 @@ impl Entry {
             .map_or(0, |(_, g)| *g)
     }
 
-    /// Replaces the grants (the sync, after the ledger answered).
-    pub(super) fn set_grants(&self, grants: Vec<(u64, u64)>) {
+    /// Replaces the grants: the sync's, after the ledger answered (and a test's).
+    pub fn set_grants(&self, grants: Vec<(u64, u64)>) {
         self.grants.store(Arc::new(grants));
     }
 

@@ -58,13 +58,13 @@ pub struct GlobalSettings {
 /// window starts, and a minute's window is granted a window ahead.
 const MAX_REPORT_MS: u64 = 60_000;
 
-/// The settings, or `None` without a ledger.
-pub fn resolve(
+/// Where the ledger is: its Redis options and key prefix, or `None` when none is
+/// named (`tollgate inspect` reads it with these alone).
+pub fn ledger(
     flags: &GlobalFlags,
     var: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<GlobalSettings>, Error> {
+) -> Result<Option<(RedisOptions, String)>, Error> {
     let text = |flag: &Option<String>, name: &str| flag.clone().or_else(|| var(name));
-    let region = text(&flags.region, "TOLLGATE_REGION");
     let single = text(&flags.global_ledger, "TOLLGATE_GLOBAL_LEDGER");
     let cluster = text(
         &flags.global_ledger_cluster,
@@ -91,23 +91,8 @@ pub fn resolve(
             }
             RedisTarget::Cluster(urls)
         }
-        (None, None) => {
-            if region.is_some() {
-                return Err(Error::Settings(
-                    "--region names this region to a global ledger: give the ledger too \
-                     (--global-ledger or --global-ledger-cluster)"
-                        .into(),
-                ));
-            }
-            return Ok(None);
-        }
+        (None, None) => return Ok(None),
     };
-    let Some(region) = region else {
-        return Err(Error::Settings(
-            "--global-ledger needs --region: the name every replica of this region shares".into(),
-        ));
-    };
-    check_region(&region)?;
     let path =
         |flag: &Option<PathBuf>, name: &str| flag.clone().or_else(|| var(name).map(Into::into));
     let tls = RedisTls {
@@ -134,6 +119,43 @@ pub fn resolve(
             "--global-ledger-tls-* files need TLS: use rediss:// for the ledger".into(),
         ));
     }
+    let prefix =
+        text(&flags.global_ledger_prefix, "TOLLGATE_GLOBAL_LEDGER_PREFIX").unwrap_or_default();
+    crate::store::redis::keys::check_prefix(&prefix)
+        .map_err(|e| Error::Settings(format!("--global-ledger-prefix: {e}")))?;
+    let options = RedisOptions {
+        target,
+        tls,
+        auth: var("TOLLGATE_GLOBAL_LEDGER_AUTH"),
+        key_prefix: String::new(),
+        timeout: Duration::from_secs(2),
+        connect_timeout: super::REDIS_CONNECT_TIMEOUT,
+    };
+    Ok(Some((options, prefix)))
+}
+
+/// The settings, or `None` without a ledger.
+pub fn resolve(
+    flags: &GlobalFlags,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<GlobalSettings>, Error> {
+    let region = flags.region.clone().or_else(|| var("TOLLGATE_REGION"));
+    let Some((mut ledger, prefix)) = ledger(flags, var)? else {
+        if region.is_some() {
+            return Err(Error::Settings(
+                "--region names this region to a global ledger: give the ledger too \
+                 (--global-ledger or --global-ledger-cluster)"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let Some(region) = region else {
+        return Err(Error::Settings(
+            "--global-ledger needs --region: the name every replica of this region shares".into(),
+        ));
+    };
+    check_region(&region)?;
     let report_ms = flags
         .global_report_ms
         .unwrap_or(u64::try_from(global::DEFAULT_REPORT_PERIOD.as_millis()).unwrap_or(2000));
@@ -158,11 +180,10 @@ pub fn resolve(
             "--global-max-counters must be at least 1".into(),
         ));
     }
-    let prefix =
-        text(&flags.global_ledger_prefix, "TOLLGATE_GLOBAL_LEDGER_PREFIX").unwrap_or_default();
-    crate::store::redis::keys::check_prefix(&prefix)
-        .map_err(|e| Error::Settings(format!("--global-ledger-prefix: {e}")))?;
     let report_period = Duration::from_millis(report_ms);
+    // A call's budget: a report period, so a slow ledger delays the next sync by
+    // at most one period.
+    ledger.timeout = report_period.max(Duration::from_secs(1));
     Ok(Some(GlobalSettings {
         options: GlobalOptions {
             prefix,
@@ -171,16 +192,7 @@ pub fn resolve(
             max_counters,
             ..GlobalOptions::for_region(&region)
         },
-        ledger: RedisOptions {
-            target,
-            tls,
-            auth: var("TOLLGATE_GLOBAL_LEDGER_AUTH"),
-            key_prefix: String::new(),
-            // A call's budget: a report period, so a slow ledger delays the next
-            // sync by at most one period.
-            timeout: report_period.max(Duration::from_secs(1)),
-            connect_timeout: super::REDIS_CONNECT_TIMEOUT,
-        },
+        ledger,
     }))
 }
 
