@@ -28,10 +28,15 @@ impl Params {
     /// The parameters a region decides with while it holds `share` (at least 1) of
     /// `self.limit` under `division`. For [`Division::Refused`] the limit itself: the
     /// config never lets such a rule be global.
+    ///
+    /// A window's share is the region's grant, which may pass the limit: what a
+    /// region released it consumed on its own counter, so the counter holds it, and a
+    /// grant that grew again after a release is above the limit by what was released
+    /// (the region still admits at most its grant less its releases).
     pub fn shared(&self, division: Division, share: u64) -> Params {
         match division {
             Division::Window => Params {
-                limit: share.min(self.limit),
+                limit: share,
                 ..*self
             },
             Division::Rate => {
@@ -72,7 +77,9 @@ mod tests {
     fn a_window_share_is_the_limit_and_nothing_else() {
         let p = params(6000, 6000).shared(Division::Window, 4200);
         assert_eq!((p.limit, p.burst, p.window_ms), (4200, 6000, 60_000));
-        assert_eq!(params(10, 10).shared(Division::Window, 99).limit, 10);
+        // A grant above the limit (released share granted back): the counter holds
+        // the releases, so the grant is the limit it decides with.
+        assert_eq!(params(10, 10).shared(Division::Window, 99).limit, 99);
     }
 
     #[test]

@@ -29,6 +29,11 @@ use crate::store::{CounterOp, Store};
 /// Operations per store call.
 const CHUNK: usize = 256;
 
+/// The limit a reading decides under: above any count (a region's counter holds its
+/// admissions and releases, up to its grant, which may pass the configured limit),
+/// so the count is this less what remains.
+const READ_LIMIT: u64 = u32::MAX as u64;
+
 /// Whether `[before, after]` lies in one window, at least `guard` from its ends.
 fn inside(before: u64, after: u64, window_ms: u64, guard_ms: u64) -> Option<u64> {
     let w = window::index(before, window_ms);
@@ -63,10 +68,9 @@ pub async fn counts(
         .filter(|&i| entries[i].division == Division::Window)
         .collect();
     for chunk in window_entries.chunks(CHUNK) {
-        // Read under the full limit: the count is the limit less what remains.
         let ops: Vec<CounterOp> = chunk
             .iter()
-            .map(|&i| op(&entries[i], entries[i].base.limit, 0))
+            .map(|&i| op(&entries[i], READ_LIMIT, 0))
             .collect();
         let before = clock.now_millis();
         let Ok(decisions) = store.dry_run(&ops).await else {
@@ -77,7 +81,7 @@ pub async fn counts(
             let e = &entries[i];
             let guard = window::guard(e.base.window_ms, skew_ms);
             if let Some(w) = inside(before, after, e.base.window_ms, guard) {
-                out[i] = Some((w, e.base.limit.saturating_sub(decision.remaining)));
+                out[i] = Some((w, READ_LIMIT.saturating_sub(decision.remaining)));
             }
         }
     }

@@ -62,8 +62,13 @@ pub fn share(
     let (entry, lookup) = table.lookup(&op.key, &base, division);
     let unshared = match lookup {
         Lookup::Shared(shared) => {
-            // An override lower than the share keeps its own limit, within the share.
-            let limit = shared.limit.min(op.params.limit);
+            // Envoy's override on the rule's counter keeps its own limit where lower
+            // (it only admits less: the counter also holds what the region released).
+            let limit = if op.params == base {
+                shared.limit
+            } else {
+                shared.limit.min(op.params.limit)
+            };
             op.params = Params { limit, ..shared };
             None
         }

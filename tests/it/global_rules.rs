@@ -172,6 +172,19 @@ async fn no_share_denies_without_the_store_and_consumes_nothing_of_the_request()
     let answer = limiter.should_rate_limit(&one()).await.unwrap();
     assert_eq!(answer.overall_code, Code::OverLimit as i32);
 
+    // A grant above the limit (share released, then granted back: the counter holds
+    // the releases) is the limit requests decide with.
+    let other = || ask(vec![descriptor(&[("tenant", "t2")])]);
+    limiter.should_rate_limit(&other()).await.unwrap();
+    let entry = table
+        .entries()
+        .into_iter()
+        .find(|e| e.id.contains("tenant=t2"))
+        .expect("the counter is in the table");
+    entry.set_grants(vec![(10, 150)]);
+    let answer = limiter.should_rate_limit(&other()).await.unwrap();
+    assert_eq!(answer.statuses[0].limit_remaining, 149, "{answer:?}");
+
     // A release on a global rule gives nothing back: a check.
     let release = RateLimitDescriptor {
         is_negative_hits: true,
