@@ -131,7 +131,7 @@ impl Client {
             ..Synced::default()
         };
         if entries.is_empty() {
-            self.publish(&entries, true);
+            self.publish(&entries);
             return synced;
         }
         let skew = self.table.skew_ms();
@@ -142,7 +142,7 @@ impl Client {
             .map(|(entry, count)| self.submission(entry, count, now))
             .collect();
         let Some(results) = self.exchange(&submissions).await else {
-            self.publish(&entries, false);
+            self.publish(&entries);
             return synced;
         };
         synced.exchanged = results.iter().flatten().count();
@@ -157,7 +157,7 @@ impl Client {
         if !asked.is_empty() {
             synced.released = self.release(&asked).await;
         }
-        self.publish(&entries, true);
+        self.publish(&entries);
         synced
     }
 
@@ -221,6 +221,9 @@ impl Client {
             Err(error) => {
                 self.status
                     .failed(self.clock.now_millis(), &error.to_string());
+                if let Some(metrics) = &self.metrics {
+                    metrics.global().ledger_error(&self.options.region);
+                }
                 None
             }
         }
@@ -332,7 +335,7 @@ impl Client {
     }
 
     /// The metrics after a sync: per rule, the window in progress.
-    fn publish(&self, entries: &[Arc<Entry>], up: bool) {
+    fn publish(&self, entries: &[Arc<Entry>]) {
         let Some(metrics) = &self.metrics else {
             return;
         };
@@ -366,6 +369,7 @@ impl Client {
         }
         let rules: Vec<GlobalRuleFigures> = rules.into_values().collect();
         metrics.global().rules(region, &rules);
+        let up = self.status.state().failing_since_ms.is_none();
         metrics.global().link(region, entries.len(), up);
         let forgotten = self.table.evicted();
         let before = self.forgotten.swap(forgotten, Ordering::Relaxed);

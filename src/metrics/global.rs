@@ -171,7 +171,8 @@ impl GlobalMetrics {
         }
     }
 
-    /// After each exchange: the counters kept and whether the ledger answered.
+    /// After each sync: the counters kept, and whether the ledger answers (its last
+    /// exchange succeeded).
     pub fn link(&self, region: &str, counters: usize, up: bool) {
         let label = RegionLabel {
             region: region.to_owned(),
@@ -180,9 +181,14 @@ impl GlobalMetrics {
             .get_or_create(&label)
             .set(i64::try_from(counters).unwrap_or(i64::MAX));
         self.ledger_up.get_or_create(&label).set(i64::from(up));
-        if !up {
-            self.ledger_errors.get_or_create(&label).inc();
-        }
+    }
+
+    /// An exchange with the ledger failed.
+    pub fn ledger_error(&self, region: &str) {
+        let label = RegionLabel {
+            region: region.to_owned(),
+        };
+        self.ledger_errors.get_or_create(&label).inc();
     }
 
     pub fn overcommitted(&self, region: &str) {
