@@ -20,6 +20,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod global;
 pub mod hash;
 pub mod limiter;
 pub mod metrics;

@@ -39,7 +39,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Decision, Layout, Mode, Model, Params, Stored};
+use super::{Division, Decision, Layout, Mode, Model, Params, Stored};
 
 /// Leases held.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -245,6 +245,9 @@ impl Model for Concurrency {
     );
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = true;
+    const DIVISION: Division = Division::Refused(
+        "it counts requests in flight, not hits per window: a share of them cannot follow demand",
+    );
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {

@@ -4,7 +4,7 @@
 //! reports them. With a `time_zone` the windows are that zone's calendar periods
 //! (`calendar.rs`) instead.
 
-use super::{mode, Decision, Layout, Model, Params, Stored};
+use super::{Division, mode, Decision, Layout, Model, Params, Stored};
 
 /// The count within one window, identified by its start (seconds since the epoch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -88,6 +88,7 @@ impl Model for FixedWindow {
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = false;
+    const DIVISION: Division = Division::Window;
     const LUA_CONSTANTS: &'static [(&'static str, u64)] = &[("SHIFT", 1 << VALUE_SHIFT), ("CAP", CAP)];
     type State = State;
 

@@ -4,7 +4,7 @@
 //! `max(TAT, now) + n x T - now <= B x T`. Same admissions as a token bucket of
 //! capacity B, with a single float per key.
 
-use super::{mode, Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
+use super::{Division, mode, Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct State {
@@ -51,6 +51,7 @@ impl Model for Gcra {
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = false;
+    const DIVISION: Division = Division::Rate;
     /// The arrival time (a double), then the key's expiry in grid steps
     /// (`lua/timed.lua`): 12 bytes, which no decimal arrival time of 0.1 is.
     const PACKED: Option<&'static str> = Some("<dI");

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{mode, Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
+use super::{Division, mode, Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct State {
@@ -69,6 +69,7 @@ impl Model for LeakyBucket {
     /// releases are ignored (answered, counted).
     const RELEASES: bool = false;
     const COUNTS_DENIALS: bool = false;
+    const DIVISION: Division = Division::Refused("it shapes one queue, which cannot be split between regions");
     /// As gcra's: the drain time, then the key's expiry in grid steps.
     const PACKED: Option<&'static str> = Some("<dI");
     type State = State;

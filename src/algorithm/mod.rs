@@ -48,6 +48,7 @@
 
 pub mod calendar;
 mod decision;
+mod division;
 mod mode;
 mod stored;
 #[cfg(test)]
@@ -55,6 +56,7 @@ pub(crate) mod testing;
 
 pub use self::decision::{Decision, EPSILON, Params};
 use self::decision::{ceil_ms, floor_u64};
+pub use self::division::Division;
 pub use self::mode::Mode;
 pub use self::stored::{Layout, Stored};
 
@@ -104,6 +106,9 @@ pub trait Model {
     /// Whether a denied operation is counted all the same (its state written): a
     /// concurrency lease is taken admitted or not, because its release comes anyway.
     const COUNTS_DENIALS: bool;
+    /// How its limit divides between regions for a `global: true` rule, or why it
+    /// cannot ([`Division`]).
+    const DIVISION: Division;
     /// The constants its Lua twin reads, by name (`SHIFT` for the fixed window's value
     /// layout): written here once, and put before the twin's source when the engine
     /// is assembled, so the two cannot disagree.
@@ -278,6 +283,13 @@ macro_rules! algorithms {
             pub fn counts_denials(self) -> bool {
                 match self {
                     $(Algorithm::$variant => <$module::$variant as Model>::COUNTS_DENIALS,)+
+                }
+            }
+
+            /// How its limit divides between regions ([`Model::DIVISION`]).
+            pub fn division(self) -> Division {
+                match self {
+                    $(Algorithm::$variant => <$module::$variant as Model>::DIVISION,)+
                 }
             }
 

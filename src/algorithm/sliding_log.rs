@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use super::{mode, Decision, Layout, Model, Params, Stored};
+use super::{Division, mode, Decision, Layout, Model, Params, Stored};
 
 /// The largest `requests_per_unit` a sliding_log rule may have. Redis stores each hit
 /// as a sorted-set member: measured with `MEMORY USAGE` (tests/it/memory_usage.rs), a full
@@ -93,6 +93,9 @@ impl Model for SlidingLog {
     /// when it leaves the window: releases are ignored (answered, counted).
     const RELEASES: bool = false;
     const COUNTS_DENIALS: bool = false;
+    const DIVISION: Division = Division::Refused(
+        "it limits every span of W, not epoch-aligned windows, so per-window shares do not bound it; use fixed_window",
+    );
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {

@@ -15,7 +15,7 @@
 //! at most 1/4096 more. Rounding up can only make the estimate larger: a window may
 //! admit a few less after a previous window of more than 131,071 hits, never more.
 
-use super::{mode, Decision, Layout, Model, Params, Stored, ceil_ms, floor_u64};
+use super::{Division, mode, Decision, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct State {
@@ -187,6 +187,9 @@ impl Model for SlidingWindow {
         ("PREV_EXACT", PREV_EXACT),
         ("MANTISSA", MANTISSA),
     ];
+    const DIVISION: Division = Division::Refused(
+        "its estimate weighs the previous window's count, so a share that moved between the two windows does not bound what a region admits; use fixed_window",
+    );
     type State = State;
 
     fn decide(state: Option<&State>, params: &Params, now_ms: u64, cost: u64) -> (State, Decision) {

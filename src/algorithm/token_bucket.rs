@@ -2,7 +2,7 @@
 //! a request of cost n takes n tokens, admitted iff at least n are there. Allows a
 //! burst of B, then the sustained rate. Two numbers of state: tokens and when.
 
-use super::{mode, Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
+use super::{Division, mode, Decision, EPSILON, Layout, Model, Params, Stored, ceil_ms, floor_u64};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct State {
@@ -67,6 +67,7 @@ impl Model for TokenBucket {
     const CHARGE_REFUSAL: Option<&'static str> = None;
     const RELEASES: bool = true;
     const COUNTS_DENIALS: bool = false;
+    const DIVISION: Division = Division::Rate;
     /// Tokens and when (doubles), then the key's expiry in grid steps (`lua/timed.lua`).
     const PACKED: Option<&'static str> = Some("<ddI");
     type State = State;

@@ -3,7 +3,9 @@
 //! limitador's `/counters` shows). The request is planned exactly as the limiter plans
 //! it (`limiter::plan`), so the keys are the ones `serve` writes; the store side is
 //! `store::redis::inspect`. Redis and the config are found as `serve` finds them:
-//! flags, then envoyproxy/ratelimit's variables. Exit 0 after printing, 2 on errors.
+//! flags, then envoyproxy/ratelimit's variables. A global rule's counter also shows
+//! its division between regions, read from the ledger (`--global-ledger`). Exit 0
+//! after printing, 2 on errors.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -15,9 +17,14 @@ use clap::Args;
 use super::check::parse_descriptor;
 use super::console;
 use crate::config::{self, Limit};
+use crate::global::ledger::Ledger;
+use crate::global::ledger::redis::RedisLedger;
+use crate::global::record::Record;
+use crate::global::{self};
 use crate::limiter::{bounds, plan};
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
-use crate::settings::{RedisFlags, ServeFlags, ServeSettings};
+use crate::settings::global::GlobalFlags;
+use crate::settings::{self, RedisFlags, ServeFlags, ServeSettings};
 use crate::store::Backend;
 use crate::store::redis::connect::RedisOptions;
 use crate::store::redis::inspect::{self, CounterState};
@@ -40,6 +47,15 @@ pub struct InspectArgs {
     /// Where Redis is, as `serve` takes it.
     #[command(flatten)]
     pub redis: RedisFlags,
+    /// The global ledger, as `serve` takes it: a global rule's counter shows every region's share
+    #[arg(long, value_name = "URL")]
+    pub global_ledger: Option<String>,
+    /// The global ledger on a Redis Cluster, as `serve` takes it
+    #[arg(long, value_name = "NODES")]
+    pub global_ledger_cluster: Option<String>,
+    /// Prefix of the ledger's keys, as `serve` takes it
+    #[arg(long, value_name = "PREFIX")]
+    pub global_ledger_prefix: Option<String>,
     /// Give up after this many milliseconds (also each Redis call's budget, unless --redis-timeout-ms)
     #[arg(long, default_value_t = 5000)]
     pub timeout_ms: u64,
@@ -85,7 +101,7 @@ async fn inspect(args: &InspectArgs) -> Result<String, String> {
         ));
     };
     let planned = plan::resolve_all(Some(domain), &request).map_err(|e| e.to_string())?;
-    let plan = plan::build(Some(domain), &request, planned, (false, false, false));
+    let plan = plan::build(Some(domain), &request, planned, (false, false, false), None);
     let states = if plan.ops.is_empty() {
         Vec::new()
     } else {
@@ -95,7 +111,77 @@ async fn inspect(args: &InspectArgs) -> Result<String, String> {
             .map_err(|_| format!("Redis did not answer within {} ms", args.timeout_ms))?
             .map_err(|e| e.to_string())?
     };
-    Ok(render(&request, &plan, &states))
+    let mut text = render(&request, &plan, &states);
+    global_lines(args, &plan, &mut text).await?;
+    Ok(text)
+}
+
+/// Each global counter's division, from the ledger: every region's share of the
+/// windows it holds, and their demand. Without a ledger named, says where to look.
+async fn global_lines(
+    args: &InspectArgs,
+    plan: &plan::RequestPlan<'_>,
+    text: &mut String,
+) -> Result<(), String> {
+    let global: Vec<&crate::store::CounterOp> = plan
+        .descriptors
+        .iter()
+        .filter_map(|p| match p {
+            plan::Plan::Limited {
+                rule: Some(rule),
+                ops,
+                ..
+            } if rule.global => Some(&plan.ops[ops.clone()]),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    if global.is_empty() {
+        return Ok(());
+    }
+    let flags = GlobalFlags {
+        global_ledger: args.global_ledger.clone(),
+        global_ledger_cluster: args.global_ledger_cluster.clone(),
+        global_ledger_prefix: args.global_ledger_prefix.clone(),
+        ..GlobalFlags::default()
+    };
+    let env = |name: &str| std::env::var(name).ok();
+    let Some((options, prefix)) =
+        settings::global::ledger(&flags, &env).map_err(|e| e.to_string())?
+    else {
+        let _ = writeln!(
+            text,
+            "global counters: each region decides against its share of the limit; give \
+             --global-ledger to see the shares"
+        );
+        return Ok(());
+    };
+    let ledger = RedisLedger::new(options, Duration::from_millis(args.timeout_ms.max(1)))?;
+    let keys: Vec<String> = global
+        .iter()
+        .map(|op| RedisLedger::key(&prefix, &global::id::of(&op.key)))
+        .collect();
+    let records = ledger.read(&keys).await.map_err(|e| e.to_string())?;
+    let now = crate::clock::Clock::now_millis(&crate::clock::SystemClock);
+    for ((op, key), record) in global.iter().zip(&keys).zip(records) {
+        let _ = writeln!(text, "global    {}", global::id::of(&op.key));
+        let _ = writeln!(text, "  ledger key {key}");
+        match record.as_deref().map(Record::decode) {
+            None => {
+                let _ = writeln!(text, "    no record (no region has reported it lately)");
+            }
+            Some(Err(e)) => {
+                let _ = writeln!(text, "    {e}");
+            }
+            Some(Ok(record)) => {
+                let stale = u64::try_from(crate::global::DEFAULT_REPORT_PERIOD.as_millis())
+                    .unwrap_or(2000)
+                    * 3;
+                text.push_str(&global::view::describe(&record, now, stale));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Where the config and Redis are, resolved by `serve`'s own rules and flags.

@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use crate::background::Background;
 use crate::error::Error;
+use crate::global::Global;
+use crate::global::ledger::redis::RedisLedger;
 use crate::limiter::{Limiter, LimiterOptions};
 use crate::metrics::Metrics;
 use crate::rlqs::Rlqs;
@@ -95,10 +97,13 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
         Some(&metrics),
     )
     .await?;
+    let (global, global_sync) = start_global(&settings, &store, &metrics, &first.config)?;
+    let mut options = limiter_options(&settings);
+    options.global = global.as_ref().map(|g| g.table.clone());
     let limiter = Arc::new(Limiter::with_metrics(
         first.config,
         store.clone(),
-        limiter_options(&settings),
+        options,
         metrics,
     ));
     let health = Arc::new(Health::new(first.config_loaded));
@@ -110,6 +115,7 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
     // Before the ports open: a SIGHUP that arrives once we answer must find its handler
     // (SIGHUP's default action ends the process).
     let mut tasks: Vec<Background> = reload_on_sighup(reloader.clone()).into_iter().collect();
+    tasks.extend(global_sync);
     tasks.extend(source.follow(reloader, limiter.metrics().source().clone())?);
     tasks.extend(probe(&settings, store, &health, &limiter));
     tasks.extend(
@@ -131,6 +137,7 @@ pub async fn run(flags: ServeFlags) -> Result<(), ServeError> {
         tls,
         rlqs: Some(Arc::new(rlqs)),
         connections: settings.connections,
+        global,
     };
     let served = server::run_with(listeners, limiter, options, shutdown_signal()).await;
     drop(tasks);
@@ -200,7 +207,47 @@ fn limiter_options(settings: &ServeSettings) -> LimiterOptions {
         retry_after_jitter: protection.retry_after_jitter,
         replicas: protection.replicas,
         memory_store_bytes: Some(protection.memory_store_bytes),
+        global: None,
     }
+}
+
+/// The region's part in global rules when a ledger is named: the table requests read
+/// and the ledger client's task. Without one, global rules are local (said once, if
+/// the config has any).
+fn start_global(
+    settings: &ServeSettings,
+    store: &Arc<dyn Store>,
+    metrics: &Arc<Metrics>,
+    config: &crate::config::Config,
+) -> Result<(Option<Arc<Global>>, Option<Background>), ServeError> {
+    let Some(global) = &settings.global else {
+        if config.has_global_rules() {
+            tracing::warn!(
+                event = "global_without_ledger",
+                "the config has global rules but no ledger is named (--global-ledger): \
+                 each region decides them against the whole limit"
+            );
+        }
+        return Ok((None, None));
+    };
+    let timeout = global.ledger.timeout;
+    let ledger = RedisLedger::new(global.ledger.clone(), timeout)
+        .map_err(|e| ServeError::Settings(Error::Settings(format!("--global-ledger: {e}"))))?;
+    tracing::info!(
+        event = "global_ledger",
+        region = %global.options.region,
+        replica = %global.options.replica,
+        ledger = ?global.ledger.target,
+        report_ms = global.options.report_period.as_millis() as u64,
+        "global rules divide their limits through the ledger"
+    );
+    let (global, task) = Global::start(
+        global.options.clone(),
+        store.clone(),
+        Arc::new(ledger),
+        Some(metrics.clone()),
+    );
+    Ok((Some(global), Some(task)))
 }
 
 /// Readiness follows the store's answers when its backend says so.

@@ -72,6 +72,7 @@ static DESCRIPTOR: Shape = Shape::Map(&[
     ("metadata", &ANY_MAP),
     ("hash_tag", &TEXTS),
     ("tarpit", &TARPIT),
+    ("global", &BOOL),
 ]);
 static ROOT: Shape = Shape::Map(&[
     ("domain", &TEXT),

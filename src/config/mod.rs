@@ -48,6 +48,13 @@ impl Config {
         self.domains.get(name)
     }
 
+    /// Whether any rule is `global: true`.
+    pub fn has_global_rules(&self) -> bool {
+        self.domains
+            .values()
+            .any(|d| d.rules.iter().any(|r| r.global))
+    }
+
     /// Domains in name order.
     pub fn domains(&self) -> Vec<&Domain> {
         let mut all: Vec<&Domain> = self.domains.values().collect();

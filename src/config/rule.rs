@@ -49,6 +49,9 @@ pub struct Rule {
     pub hash_tag: Option<Arc<[Arc<str>]>>,
     /// tollgate extension: hold this rule's OVER_LIMIT answers back.
     pub tarpit: Option<Tarpit>,
+    /// tollgate extension `global`: one limit across regions; each region decides
+    /// against the share a ledger gives it (`src/global/`).
+    pub global: bool,
 }
 
 /// A descriptor's `metadata`, converted once at load into the protobuf `Struct` the

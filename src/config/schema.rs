@@ -70,6 +70,9 @@ pub struct DescriptorYaml {
     pub hash_tag: Option<At<Vec<String>>>,
     /// tollgate extension: delay this rule's OVER_LIMIT answers.
     pub tarpit: Option<At<TarpitYaml>>,
+    /// tollgate extension: one limit across regions, divided by a ledger
+    /// (`--global-ledger`); each region decides against its share.
+    pub global: Option<At<bool>>,
 }
 
 /// The limit attached to a descriptor node.

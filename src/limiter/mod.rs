@@ -9,6 +9,7 @@ pub mod answer;
 pub mod bounds;
 mod explain;
 pub mod fallback;
+pub mod global;
 mod observe;
 pub mod plan;
 pub mod tarpit;
@@ -52,6 +53,9 @@ pub struct LimiterOptions {
     pub replicas: u32,
     /// `--memory-store-bytes`: bounds the `failure_mode: local` counts (`None`: default).
     pub memory_store_bytes: Option<u64>,
+    /// With a global ledger (`--global-ledger`): the region's shares of global rules.
+    /// Without one a global rule is decided as a local one.
+    pub global: Option<Arc<crate::global::table::Table>>,
 }
 
 /// Holds the live config snapshot and the store; shared by the gRPC and HTTP fronts.
@@ -147,9 +151,19 @@ impl Limiter {
                 .any(|name| **name == *d.name)
         });
         let modes = (global_shadow, self.options.global_quota_mode, overdraft);
-        let plan = plan::build(domain, request, descriptors, modes);
+        let plan = plan::build(
+            domain,
+            request,
+            descriptors,
+            modes,
+            self.options.global.as_deref(),
+        );
 
-        let (decisions, local, fallback) = self.count(domain, &request.domain, &plan.ops).await?;
+        let (decisions, local, fallback) =
+            self.count_planned(domain, &request.domain, &plan).await?;
+        if let Some(table) = &self.options.global {
+            global::note(table, &plan.ops, &decisions, &plan.global);
+        }
         observe::count_rules(&self.metrics, &plan, &decisions, &local, global_shadow);
 
         let mut answer = answer::build(request, domain, &plan, &decisions, &self.options);
@@ -170,6 +184,37 @@ impl Limiter {
             Hold::Shaping(wait) => tokio::time::sleep(wait).await,
         }
         Ok(answer.response)
+    }
+
+    /// [`Limiter::count`] for a plan: operations a share of zero denies never reach
+    /// the store; if one of them vetoes, the others are decided as for a request
+    /// already denied (nothing consumed).
+    async fn count_planned(
+        &self,
+        domain: Option<&Domain>,
+        domain_name: &str,
+        plan: &plan::RequestPlan<'_>,
+    ) -> Result<Counted, Error> {
+        let Some((ops, index)) = global::to_decide(&plan.ops, &plan.global) else {
+            return self.count(domain, domain_name, &plan.ops).await;
+        };
+        let (decided, local, fallback) = if ops.is_empty() {
+            (Vec::new(), Vec::new(), None)
+        } else if global::unshared_vetoes(&plan.ops, &plan.global) {
+            match self.store.dry_run(&ops).await {
+                Ok(decided) => (decided, Vec::new(), None),
+                Err(_) => {
+                    // Only statuses are missing: the request is denied either way.
+                    let unknown = ops.iter().map(denied_unread).collect();
+                    (unknown, Vec::new(), None)
+                }
+            }
+        } else {
+            self.count(domain, domain_name, &ops).await?
+        };
+        let local = local.into_iter().map(|i| index[i]).collect();
+        let decisions = global::merge(plan.ops.len(), decided, &index, &plan.global);
+        Ok((decisions, local, fallback))
     }
 
     /// One decision per operation, from the store; when the store cannot decide, from
@@ -202,5 +247,18 @@ impl Limiter {
                 Ok((decisions, local, Some(mode)))
             }
         }
+    }
+}
+
+/// The status of an operation of a request denied before the store was asked, when
+/// the store could not say what the counter holds: not the cause of the denial,
+/// nothing known to remain.
+fn denied_unread(op: &CounterOp) -> Decision {
+    Decision {
+        allowed: true,
+        remaining: 0,
+        reset_after: Duration::from_millis(op.params.window_ms),
+        retry_after: None,
+        delay: Duration::ZERO,
     }
 }

@@ -19,6 +19,7 @@ use crate::algorithm::Mode;
 use crate::config::matcher;
 use crate::config::{Domain, Limit, Rule, RuleKind, Unit};
 use crate::error::Error;
+use crate::global::table::Table;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
 use crate::store::{CounterKey, CounterOp};
 
@@ -82,6 +83,9 @@ pub enum Plan<'a> {
 pub struct RequestPlan<'a> {
     pub descriptors: Vec<Plan<'a>>,
     pub ops: Vec<CounterOp>,
+    /// The operations on global rules' counters (`global.rs`), with the region's
+    /// share as their limit; empty without a ledger.
+    pub global: Vec<super::global::GlobalOp>,
 }
 
 /// Every descriptor resolved (an unknown domain limits nothing), `replaces` applied.
@@ -186,12 +190,15 @@ pub fn is_quota(plan: &Plan<'_>, global_quota: bool) -> bool {
 }
 
 /// One counter operation per limit of every limited descriptor, in request order;
-/// each descriptor's plan learns where its operations are.
+/// each descriptor's plan learns where its operations are. With `global` (a ledger's
+/// table), an operation on a global rule's counter decides against the region's
+/// share (`global.rs`).
 pub fn build<'a>(
     domain: Option<&Domain>,
     request: &RateLimitRequest,
     mut descriptors: Vec<Plan<'a>>,
     (global_shadow, global_quota, domain_overdraft): (bool, bool, bool),
+    global: Option<&Table>,
 ) -> RequestPlan<'a> {
     // A quota-mode descriptor over its limit denies only when every quota-mode
     // descriptor of the request is over, so its counters cannot veto the batch, unless
@@ -214,6 +221,7 @@ pub fn build<'a>(
         })
         .sum();
     let mut ops = Vec::with_capacity(planned);
+    let mut global_ops = Vec::new();
     for (descriptor, plan) in request.descriptors.iter().zip(&mut descriptors) {
         let Plan::Limited {
             limits,
@@ -241,7 +249,7 @@ pub fn build<'a>(
         };
         for limit in limits.as_slice() {
             let mode = mode(descriptor, limit, overdraft, quota);
-            ops.push(CounterOp {
+            let mut op = CounterOp {
                 key: counter_key(domain_name, counter_rule, descriptor, *shared, limit),
                 params: limit.params(),
                 cost,
@@ -249,11 +257,22 @@ pub fn build<'a>(
                 vetoes: vetoes && mode != Mode::Release,
                 mode,
                 lease: lease(descriptor, limit).map(CompactString::new),
-            });
+            };
+            if let Some(table) = global
+                && let Some(g) = super::global::share(table, counter_rule, ops.len(), &mut op)
+            {
+                op.vetoes = vetoes;
+                global_ops.push(g);
+            }
+            ops.push(op);
         }
         *range = first..ops.len();
     }
-    RequestPlan { descriptors, ops }
+    RequestPlan {
+        descriptors,
+        ops,
+        global: global_ops,
+    }
 }
 
 /// What an operation does to its counter: Envoy's `is_negative_hits` releases; a

@@ -13,6 +13,7 @@
 
 mod backend;
 mod connections;
+mod global;
 mod lifecycle;
 mod limits;
 mod memory;
@@ -32,6 +33,7 @@ use prometheus_client::registry::Registry;
 
 pub use self::backend::{BreakerGauge, BreakerState};
 pub use self::connections::{ClosedBy, PortMetrics};
+pub use self::global::{GlobalMetrics, GlobalRuleFigures};
 pub use self::lifecycle::{BUILD_COMMIT, BUILD_VERSION};
 pub use self::memory::EvictionCounter;
 pub use self::rlqs::RlqsMetrics;
@@ -62,6 +64,7 @@ pub struct Metrics {
     memory: memory::MemoryMetrics,
     source: source::SourceMetrics,
     rlqs: rlqs::RlqsMetrics,
+    global: global::GlobalMetrics,
     connections: connections::ConnectionMetrics,
 }
 
@@ -121,6 +124,7 @@ impl Metrics {
             lifecycle: lifecycle::Lifecycle::register(&mut registry),
             source: source::SourceMetrics::register(&mut registry),
             rlqs: rlqs::RlqsMetrics::register(&mut registry),
+            global: global::GlobalMetrics::register(&mut registry),
             connections: connections::ConnectionMetrics::register(&mut registry),
             service: {
                 registry.register_collector(Box::new(process::ProcessCollector::new()));

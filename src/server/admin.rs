@@ -3,7 +3,8 @@
 //! `POST /json` check endpoint, which takes and returns the gRPC messages in
 //! protobuf's canonical JSON (camelCase names, enum names, durations as `"42s"`), the
 //! config views `GET /rlconfig` and `GET /config.json` (rendered by
-//! [`super::config_view`]) and `GET /rlqs` (the quota service's streams, paged, or one stream's buckets and shares), and `GET /metrics` (Prometheus text, [`crate::metrics`]),
+//! [`super::config_view`]), `GET /rlqs` (the quota service's streams, paged, or one stream's buckets and shares)
+//! and `GET /global` (global rules' shares and the ledger link), and `GET /metrics` (Prometheus text, [`crate::metrics`]),
 //! which [`prometheus`] also serves on `PROMETHEUS_ADDR`'s listener.
 
 use std::sync::{Arc, LazyLock};
@@ -35,6 +36,8 @@ pub struct AdminState {
     pub reload: Arc<ReloadStatus>,
     /// The quota service, for `/rlqs`.
     pub rlqs: Arc<crate::rlqs::Rlqs>,
+    /// Global rules' shares, for `/global` and the health detail.
+    pub global: Option<Arc<crate::global::Global>>,
 }
 
 static POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
@@ -71,12 +74,19 @@ pub fn config_views(state: AdminState) -> Router {
         .route("/rlconfig", get(rlconfig))
         .route("/config.json", get(config_json))
         .route("/rlqs", get(rlqs))
+        .route("/global", get(global))
         .with_state(state)
 }
 
 async fn healthcheck(State(state): State<AdminState>) -> Response {
+    let detail = state.global.as_ref().and_then(|g| g.health_detail());
     match state.health.state().reason() {
-        None => (StatusCode::OK, "OK").into_response(),
+        // Cut off from the global ledger the region still decides, exactly, on the
+        // shares it holds: serving, with a line saying so.
+        None => match detail {
+            None => (StatusCode::OK, "OK").into_response(),
+            Some(detail) => (StatusCode::OK, format!("OK\n{detail}\n")).into_response(),
+        },
         Some(reason) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("NOT_SERVING: {reason}\n"),
@@ -116,6 +126,21 @@ async fn rlqs(State(state): State<AdminState>, RawQuery(query): RawQuery) -> Res
         },
     };
     match body {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+/// Global rules on this replica: region, ledger link, shares per counter.
+async fn global(State(state): State<AdminState>) -> Response {
+    let Some(global) = &state.global else {
+        return (
+            StatusCode::NOT_FOUND,
+            "no global ledger (--global-ledger): global rules are decided as local ones\n",
+        )
+            .into_response();
+    };
+    match serde_json::to_vec_pretty(&global.view()) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }

@@ -59,6 +59,9 @@ pub struct ServeOptions {
     pub rlqs: Option<Arc<Rlqs>>,
     /// The bounds on every port's connections.
     pub connections: ConnectionLimits,
+    /// Global rules' shares and ledger link (`/global`, the health detail); `None`
+    /// without a ledger.
+    pub global: Option<Arc<crate::global::Global>>,
 }
 
 /// Names under which grpc.health.v1 reports: the whole server (""), the name
@@ -218,6 +221,7 @@ where
             health: options.health,
             reload: options.reload,
             rlqs,
+            global: options.global,
         },
         listeners,
         bounds,

@@ -40,6 +40,8 @@ pub struct ServeFlags {
     pub rlqs: Box<super::rlqs::RlqsFlags>,
     #[command(flatten)]
     pub connections: Box<super::connections::ConnectionFlags>,
+    #[command(flatten)]
+    pub global: Box<super::global::GlobalFlags>,
     /// After SIGTERM, keep answering (health NOT_SERVING) this long before closing the listeners [default: 5]
     #[arg(long, value_name = "SECONDS")]
     pub drain_seconds: Option<f64>,

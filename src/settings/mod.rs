@@ -9,6 +9,7 @@ pub mod compat;
 pub mod connections;
 mod env;
 mod flags;
+pub mod global;
 pub mod observability;
 pub mod protection;
 mod redis;
@@ -85,6 +86,8 @@ pub struct ServeSettings {
     pub rlqs: crate::rlqs::RlqsOptions,
     /// The bounds on every port's connections.
     pub connections: connections::ConnectionLimits,
+    /// Global rules' region and ledger; `None`: no ledger, global rules are local.
+    pub global: Option<global::GlobalSettings>,
 }
 
 impl ServeSettings {
@@ -120,6 +123,7 @@ impl ServeSettings {
         let observability = refused.take(observability::resolve(flags, &var));
         let rlqs = shadow_mode.and_then(|shadow| refused.take(rlqs::resolve(&flags.rlqs, shadow)));
         let connections = refused.take(connections::resolve(&flags.connections));
+        let global = refused.take(global::resolve(&flags.global, &var));
         let (
             Some(drain),
             Some(require_domains),
@@ -134,6 +138,7 @@ impl ServeSettings {
             Some(observability),
             Some(rlqs),
             Some(connections),
+            Some(global),
         ) = (
             drain,
             require_domains,
@@ -148,6 +153,7 @@ impl ServeSettings {
             observability,
             rlqs,
             connections,
+            global,
         )
         else {
             return Err(refused.error());
@@ -173,6 +179,7 @@ impl ServeSettings {
             observability,
             rlqs,
             connections,
+            global,
         })
     }
 }

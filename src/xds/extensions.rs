@@ -9,7 +9,7 @@
 //! - `tollgate.algorithm`, `.unit_multiplier`, `.burst`, `.leaky_bucket`,
 //!   `.time_zone`, `.lease`, `.lease_key`: into the descriptor's `rate_limit`;
 //! - `tollgate.rate_limits`, `.hash_tag`, `.tarpit`, `.share_threshold`,
-//!   `.value_to_metric`, `.overdraft`: onto the descriptor;
+//!   `.value_to_metric`, `.overdraft`, `.global`: onto the descriptor;
 //! - `tollgate.domain.failure_mode`, `.hash_tag`, `.raw_body`: onto the domain (only
 //!   on a first-level descriptor).
 //!
@@ -39,6 +39,7 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "share_threshold",
     "value_to_metric",
     "overdraft",
+    "global",
 ];
 const DOMAIN_KEYS: &[&str] = &["failure_mode", "hash_tag", "raw_body"];
 

@@ -283,6 +283,30 @@ descriptors:
     assert_eq!(served, expected);
 }
 
+/// `tollgate.global` (issue 38) is the descriptor's `global` key.
+#[test]
+fn tollgate_global_reaches_the_descriptor() {
+    let resource = RateLimitConfig {
+        name: "r".into(),
+        domain: "d".into(),
+        descriptors: vec![RateLimitDescriptor {
+            metadata: Some(strings(&[("tollgate.global", Kind::BoolValue(true))])),
+            ..leaf("tenant", "", policy(RateLimitUnit::Minute, 6000))
+        }],
+    };
+    let served = compile(&[any(&resource)]).unwrap();
+    let expected = yaml(
+        "domain: d
+descriptors:
+  - key: tenant
+    global: true
+    rate_limit: {unit: minute, requests_per_unit: 6000}
+",
+    );
+    assert_eq!(served, expected);
+    assert!(served.has_global_rules());
+}
+
 /// `tollgate.lease` (issue 25) is a concurrency rule's `lease`: over xDS the policy's
 /// unit is always there, so the lease replaces it as the window.
 #[test]

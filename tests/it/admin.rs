@@ -94,6 +94,7 @@ async fn start_with(debug_port: bool) -> Admin {
         tls: None,
         rlqs: None,
         connections: Default::default(),
+        global: None,
     };
     tokio::spawn(server::run_with(listeners, limiter, options, async move {
         let _ = rx.await;

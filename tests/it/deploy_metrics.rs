@@ -4,7 +4,8 @@
 //! (`deploy/grafana/tollgate.json`) and in the alert rules
 //! (`deploy/prometheus/alerts.yaml`) must be a series of that scrape. The same scrape
 //! shows `tollgate_backend_up` and a closed breaker for every cluster master, the build
-//! and the process figures.
+//! and the process figures. The server is a region on a global ledger with a global
+//! rule, so the global rules' panels have series too.
 
 use crate::common;
 
@@ -27,6 +28,9 @@ descriptors:
   - key: shadowed
     shadow_mode: true
     rate_limit: {unit: year, requests_per_unit: 1}
+  - key: tenant
+    global: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
 ";
 
 /// PromQL words that are not metric names.
@@ -249,6 +253,13 @@ fn every_metric_of_the_dashboard_and_the_alerts_is_exported_after_traffic() {
         .env(
             "CACHE_KEY_PREFIX",
             common::redis::unique_prefix("deploy_metrics"),
+        )
+        // Global rules' panels: a region on a ledger (the harness's standalone Redis).
+        .env("TOLLGATE_REGION", "deploy")
+        .env("TOLLGATE_GLOBAL_LEDGER", common::redis::standalone().url())
+        .env(
+            "TOLLGATE_GLOBAL_LEDGER_PREFIX",
+            common::redis::unique_prefix("deploy_metrics_ledger"),
         );
     let mut server = Server::spawn(command);
     server.wait_until_serving(grpc);
@@ -264,6 +275,8 @@ fn every_metric_of_the_dashboard_and_the_alerts_is_exported_after_traffic() {
         "client=c",
         "shadowed=s",
         "shadowed=s",
+        // Denied for want of a share (the first), which wakes the sync.
+        "tenant=t",
     ] {
         run(tollgate().args([
             "check",
@@ -276,7 +289,8 @@ fn every_metric_of_the_dashboard_and_the_alerts_is_exported_after_traffic() {
         ]));
     }
 
-    // The readiness probe runs every second: wait for it to report every master.
+    // The readiness probe runs every second: wait for it to report every master, and
+    // for the ledger client's first sync.
     let masters = 3;
     let deadline = Instant::now() + DEADLINE;
     let scrape = loop {
@@ -285,7 +299,7 @@ fn every_metric_of_the_dashboard_and_the_alerts_is_exported_after_traffic() {
             .lines()
             .filter(|l| l.starts_with("tollgate_backend_up{"))
             .count();
-        if up >= masters {
+        if up >= masters && scrape.contains("tollgate_global_unshared_denials_total{") {
             break scrape;
         }
         assert!(

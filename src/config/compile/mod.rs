@@ -236,6 +236,7 @@ impl Compiler<'_> {
             hash_tag,
             tarpit,
             key_only: None,
+            global: d.global.as_ref().filter(|g| g.value).map(|g| g.line),
         }
     }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::config::yaml::At;
 
 use super::{Compiler, limit};
+use crate::algorithm::{Algorithm, Division};
 use crate::config::Limit;
 use crate::config::diagnostics::{ConfigError, key_line};
 use crate::config::rule::{Metadata, MetricLevel, Rule, RuleKind, Tarpit};
@@ -56,6 +57,7 @@ impl Compiler<'_> {
             }
         }
         ok &= self.charges_defined(&what, &flags, &limits, line);
+        ok &= self.global_defined(&what, &flags, &limits);
         let kind = if unlimited {
             RuleKind::Unlimited
         } else {
@@ -74,6 +76,7 @@ impl Compiler<'_> {
             metadata: flags.metadata,
             hash_tag: flags.hash_tag,
             tarpit: flags.tarpit,
+            global: flags.global.is_some(),
         };
         self.rules.push(rule.clone());
         ok.then_some(rule)
@@ -134,6 +137,55 @@ impl Compiler<'_> {
                     format!(
                         "{what}: {key}: not defined for algorithm '{}': {reason}",
                         limit.algorithm.name()
+                    ),
+                );
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// `global: true` divides each limit between regions: refused where the division
+    /// would not keep the limit (the algorithm's reason), for calendar periods (the
+    /// regions' windows must be the epoch-aligned ones the ledger names), and for
+    /// charges (a charge admits past the limit, once per region).
+    fn global_defined(&mut self, what: &str, flags: &RuleFlags, limits: &[Limit]) -> bool {
+        let Some(line) = flags.global else {
+            return true;
+        };
+        let mut ok = true;
+        for limit in limits {
+            if let Division::Refused(reason) = limit.algorithm.division() {
+                self.error(
+                    line,
+                    format!(
+                        "{what}: global: not defined for algorithm '{}': {reason} (global rules take {})",
+                        limit.algorithm.name(),
+                        Algorithm::names_where(|a| !matches!(a.division(), Division::Refused(_)))
+                    ),
+                );
+                ok = false;
+            }
+            if let Some(zone) = limit.time_zone {
+                self.error(
+                    line,
+                    format!(
+                        "{what}: global: not with time_zone '{}': regions agree on epoch-aligned windows, not calendar periods",
+                        zone.name()
+                    ),
+                );
+                ok = false;
+            }
+        }
+        for (set, key) in [
+            (flags.overdraft, "overdraft"),
+            (flags.quota_mode, "quota_mode"),
+        ] {
+            if set {
+                self.error(
+                    line,
+                    format!(
+                        "{what}: global: not with {key}: a charge admits past its counter's limit, so each region could pass its share by one charge"
                     ),
                 );
                 ok = false;
@@ -207,4 +259,6 @@ pub(super) struct RuleFlags {
     /// The node's key when it has no value (any value matches it): the only entry a
     /// `lease_key` may name, since that entry is the request's id.
     pub(super) key_only: Option<String>,
+    /// `global: true`, with its line.
+    pub(super) global: Option<u64>,
 }

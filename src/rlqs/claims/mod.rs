@@ -75,7 +75,7 @@ pub struct Grant {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Claim {
+pub(super) struct Claim {
     owner: String,
     /// Since when `owner` has held it.
     since: u64,

@@ -1,5 +1,6 @@
 //! Shared integration-test support: an in-process tollgate server on port 0
-//! ([`server`]), `tollgate serve` as a child process ([`process`]), real
+//! ([`server`]), `tollgate serve` as a child process ([`process`]), a TCP proxy
+//! that delays or partitions a link ([`delay_proxy`]), real
 //! `redis-server` processes, standalone and cluster ([`redis`]), stores on them
 //! ([`stores`]), bursts of requests queued behind a held Redis ([`burst`]), load for
 //! the fault tests ([`fault_load`]), the deployment's Envoy
@@ -11,6 +12,7 @@
 //! and use only part of it (they say so where they include it).
 
 pub mod burst;
+pub mod delay_proxy;
 pub mod envoy;
 pub mod fault_load;
 pub mod ports;
