@@ -19,6 +19,7 @@ use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use prometheus_client::metrics::counter::Counter;
+use tonic::transport::server::TcpConnectInfo;
 
 use super::activity::{Activity, Call, CallGuard};
 
@@ -51,6 +52,8 @@ pub struct Tracked<S, B> {
     pub calls: Calls<B>,
     /// `tollgate_calls_refused_total{port}`.
     pub refusals: Counter,
+    /// The connection's addresses, in every request's extensions.
+    pub info: TcpConnectInfo,
 }
 
 impl<S, B> hyper::service::Service<Request<Incoming>> for Tracked<S, B>
@@ -73,7 +76,8 @@ where
             self.refusals.inc();
             return Box::pin(std::future::ready(refuse(request.version())));
         };
-        let request = request.map(|body| Received::new(body, guard.call()));
+        let mut request = request.map(|body| Received::new(body, guard.call()));
+        request.extensions_mut().insert(self.info.clone());
         let mut inner = self.inner.clone();
         let (timeout, timed_out) = (self.timeout, self.calls.timed_out);
         Box::pin(async move {

@@ -27,6 +27,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use tonic::transport::server::TcpConnectInfo;
+
 use super::activity::{Activity, Watched};
 use super::call::Tracked;
 use super::{Handshake, Phase, Port, PortService};
@@ -46,16 +48,22 @@ where
     // Calls are small and latency-bound: each answer leaves at once.
     let _ = tcp.set_nodelay(true);
     let handshake_by = Instant::now() + port.limits.handshake_timeout;
+    // What tonic's `Request::remote_addr` reads: its own accept loop would set it, ours
+    // must (the quota service bounds streams per peer by it).
+    let info = TcpConnectInfo {
+        local_addr: tcp.local_addr().ok(),
+        remote_addr: tcp.peer_addr().ok(),
+    };
     match &port.handshake {
-        Handshake::Plain => drive(tcp, port, phase, handshake_by).await,
+        Handshake::Plain => drive(tcp, info, port, phase, handshake_by).await,
         Handshake::Tls(tls) => {
-            let peer = tcp.peer_addr().ok();
+            let peer = info.remote_addr;
             let accepted = tokio::select! {
                 accepted = tokio::time::timeout_at(handshake_by, tls.accept(tcp, peer)) => accepted,
                 () = closing(phase) => return None,
             };
             match accepted {
-                Ok(Some(stream)) => drive(stream, port, phase, handshake_by).await,
+                Ok(Some(stream)) => drive(stream, info, port, phase, handshake_by).await,
                 // Refused (and logged) by the TLS side: a bad certificate, no bound.
                 Ok(None) => None,
                 Err(_) => {
@@ -74,6 +82,7 @@ async fn closing(phase: &mut watch::Receiver<Phase>) {
 
 async fn drive<IO, S, B>(
     io: IO,
+    info: TcpConnectInfo,
     port: &Port<S, B>,
     phase: &mut watch::Receiver<Phase>,
     handshake_by: Instant,
@@ -95,6 +104,7 @@ where
         max_calls: limits.max_calls,
         calls: port.calls,
         refusals: port.refusals.clone(),
+        info,
     };
     let io = TokioIo::new(Watched::new(io, Arc::clone(&activity)));
     let conn = port.builder.serve_connection(io, service);
