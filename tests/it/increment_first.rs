@@ -175,17 +175,13 @@ async fn distinct_counters_cost_one_command_each_and_a_veto_keeps_nothing() {
     assert_eq!(count_of(port, "inc:full"), 1);
 }
 
-/// Two keys of one master and, last, a key of another, sent to the first master as one
-/// any-slot call (as after a reshard moved the last key's slot away): Redis refuses
-/// the command touching the last key, after the first two were taken. The call fails
-/// as a misroute and the first two hold nothing, by EVALSHA and by FCALL; a request of
-/// the same call vetoed before that is given back once, not twice.
-#[tokio::test]
-async fn an_any_slot_call_refused_midway_keeps_nothing() {
-    let cluster = common::redis::cluster();
-    let prefix = common::redis::unique_prefix("increment_first_any");
-    let masters = cluster.masters();
-    assert!(masters.len() >= 2, "a cluster of several masters");
+/// Two keys of one master and a key of another (under `prefix`), and a connection to
+/// the first master with the any-slot script loaded: a call that takes two counters
+/// and is refused at the third.
+async fn two_here_one_away(
+    cluster: &common::redis::RedisCluster,
+    prefix: &str,
+) -> (Vec<String>, String, redis::aio::MultiplexedConnection) {
     let home = cluster.master_for_key(&format!("{prefix}a0"));
     let mut mine = Vec::new();
     let mut away = None;
@@ -203,7 +199,6 @@ async fn an_any_slot_call_refused_midway_keeps_nothing() {
         }
     }
     let away = away.expect("a key of another master");
-    let keys = [mine[0].clone(), mine[1].clone(), away.clone()];
     let client = redis::Client::open(format!("redis://{home}/")).expect("url");
     let mut conn = client
         .get_multiplexed_async_connection()
@@ -214,6 +209,21 @@ async fn an_any_slot_call_refused_midway_keeps_nothing() {
         .load_async(&mut conn)
         .await
         .expect("SCRIPT LOAD");
+    (mine, away, conn)
+}
+
+/// Two keys of one master and, last, a key of another, sent to the first master as one
+/// any-slot call (as after a reshard moved the last key's slot away): Redis refuses
+/// the command touching the last key, after the first two were taken. The call fails
+/// as a misroute and the first two hold nothing, by EVALSHA and by FCALL; a request of
+/// the same call vetoed before that is given back once, not twice.
+#[tokio::test]
+async fn an_any_slot_call_refused_midway_keeps_nothing() {
+    let cluster = common::redis::cluster();
+    let prefix = common::redis::unique_prefix("increment_first_any");
+    assert!(cluster.masters().len() >= 2, "a cluster of several masters");
+    let (mine, away, mut conn) = two_here_one_away(cluster, &prefix).await;
+    let keys = [mine[0].clone(), mine[1].clone(), away.clone()];
     load_library(&mut conn).await;
     let ops = [limit_op(1000)];
     let segments: Vec<Segment<'_, String>> = keys
@@ -292,33 +302,7 @@ async fn every_fast_path_gives_back_what_it_took_when_a_call_is_refused() {
         Algorithm::LeakyBucket,
     ] {
         let prefix = common::redis::unique_prefix(&format!("fast_back_{}", algorithm.name()));
-        let home = cluster.master_for_key(&format!("{prefix}a0"));
-        let mut mine = Vec::new();
-        let mut away = None;
-        for i in 0..1000 {
-            let key = format!("{prefix}a{i}");
-            if cluster.master_for_key(&key) == home {
-                if mine.len() < 2 {
-                    mine.push(key);
-                }
-            } else if away.is_none() {
-                away = Some(key);
-            }
-            if mine.len() == 2 && away.is_some() {
-                break;
-            }
-        }
-        let away = away.expect("a key of another master");
-        let client = redis::Client::open(format!("redis://{home}/")).expect("url");
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect to the master");
-        let _: String = scripts::BATCH_ANY_SLOT
-            .prepare_invoke()
-            .load_async(&mut conn)
-            .await
-            .expect("SCRIPT LOAD");
+        let (mine, away, mut conn) = two_here_one_away(cluster, &prefix).await;
         let op = CounterOp {
             key: CounterKey {
                 domain: std::sync::Arc::from("fast_back"),
