@@ -23,6 +23,7 @@
 
 pub mod burn;
 pub mod divide;
+pub mod entry_sync;
 pub mod exchange;
 pub mod id;
 pub mod ledger;

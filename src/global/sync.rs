@@ -16,44 +16,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::burn;
-use super::divide::Released;
+use super::entry_sync::EntrySync;
 use super::exchange::{self, Exchanged, Reporter, Submission};
 use super::ledger::Ledger;
 use super::ledger::redis::RedisLedger;
-use super::record::{Pending, Record};
+use super::record::Pending;
 use super::status::LinkStatus;
 use super::table::{Entry, Table};
 use super::{GlobalOptions, window};
 use crate::clock::Clock;
 use crate::metrics::{GlobalRuleFigures, Metrics};
 use crate::store::Store;
-
-/// What only the sync touches of one counter.
-#[derive(Debug, Clone)]
-pub struct EntrySync {
-    /// When this replica last reported the counter.
-    pub last_report_ms: u64,
-    /// The demand it reported (requests per second).
-    pub last_rate: f64,
-    /// A release the ledger asked for and not yet carried out: its window.
-    pub asked: Option<(u64, Pending)>,
-    /// A release carried out and not yet reported.
-    pub done: Option<Released>,
-    /// The record as the last exchange left it.
-    pub record: Option<Record>,
-}
-
-impl EntrySync {
-    pub fn new(now_ms: u64) -> Self {
-        Self {
-            last_report_ms: now_ms,
-            last_rate: 0.0,
-            asked: None,
-            done: None,
-            record: None,
-        }
-    }
-}
 
 /// What one sync did, for tests and logs.
 #[derive(Debug, Clone, Default, PartialEq)]

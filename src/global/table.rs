@@ -53,7 +53,7 @@ pub struct Entry {
     unshared: AtomicU64,
     last_used_ms: AtomicU64,
     /// What only the sync touches.
-    pub(super) sync: Mutex<super::sync::EntrySync>,
+    pub(super) sync: Mutex<super::entry_sync::EntrySync>,
 }
 
 impl Entry {
@@ -67,7 +67,7 @@ impl Entry {
             hits: AtomicU64::new(0),
             unshared: AtomicU64::new(0),
             last_used_ms: AtomicU64::new(now_ms),
-            sync: Mutex::new(super::sync::EntrySync::new(now_ms)),
+            sync: Mutex::new(super::entry_sync::EntrySync::new(now_ms)),
         }
     }
 

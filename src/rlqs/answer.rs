@@ -18,21 +18,10 @@ use super::assign;
 use super::bucket::bucket_id;
 use super::ledger::{Granted, LedgerError};
 use super::options::DELIVERY_MARGIN;
-use super::stream::{BucketState, Step, StreamState};
+use super::state::{BucketState, Sent, Step, StreamState};
 use super::{Rlqs, bucket::Shared};
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use crate::proto::envoy::r#type::v3::rate_limit_strategy::Strategy;
-
-/// What a bucket was last sent.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Sent {
-    /// Tokens per window; 0: denied.
-    pub tokens: u64,
-    pub window_secs: u64,
-    /// When the grant was made: the ledger holds it for the TTL (and a margin) from
-    /// about then.
-    at: Instant,
-}
 
 /// The action for one bucket, if any, with the bookkeeping it implies.
 pub(super) fn answer(

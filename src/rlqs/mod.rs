@@ -23,6 +23,7 @@ pub mod ledger;
 pub mod options;
 pub mod service;
 pub mod share;
+mod state;
 mod stream;
 pub mod view;
 
@@ -39,7 +40,7 @@ pub use self::error::RlqsError;
 pub use self::ledger::Ledger;
 pub use self::options::RlqsOptions;
 pub use self::service::{CLIENT_ID_HEADER, RlqsGrpc};
-use self::stream::StreamState;
+use self::state::StreamState;
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::store::Backend;
