@@ -16,8 +16,10 @@ use tollgate::store::redis::connect::RedisTarget;
 use crate::common::rlqs::{Envoy, RlqsServer, channel, get, start};
 use crate::common::stores::{options, standalone_target};
 
-/// Rounds of reports this far apart: tokens given back are reusable 2 s later.
-const ROUND: Duration = Duration::from_millis(2_100);
+/// Rounds of reports this far apart: tokens given back are reusable 2 s later, and a
+/// round of 400 reports on a loaded machine takes up to about a second to arrive
+/// (at 100 ms of slack one CI run saw 453 of 600 assigned after four rounds).
+const ROUND: Duration = Duration::from_millis(3_000);
 
 async fn on_redis(test: &str) -> RlqsServer {
     let redis = options(standalone_target(), test);
@@ -125,7 +127,9 @@ async fn four_hundred_streams_arriving_at_once_share_six_hundred() {
         limit: 600,
         streams: 400,
         per_connection: 50,
-        rounds: 4,
+        // One round more than the division needs: a round that arrives late (its
+        // rounds are on a fixed schedule) leaves the next less than the grace.
+        rounds: 5,
         client_id: no_id,
         counts: steady,
     }
