@@ -26,15 +26,11 @@
 //!    `quota_mode` are refused for it at load, or `None`; `RELEASES`, whether a
 //!    release gives hits back; `COUNTS_DENIALS`, whether a denial is counted all
 //!    the same; `charge` and `release`, see `mode.rs`).
-//! 2. `lua/<name>.lua`: its twin, a table `local <name> = {}` with `load(key, p,
-//!    now_ms)` (the stored state, `false` for none), `decide(state, p, now_ms, cost,
-//!    i)` (returning the new state, allowed, remaining, reset ms, retry ms or -1, delay
-//!    us; it never modifies `state`), `token(state)`, `save(key, state, p, now_ms,
-//!    injected, now_us, stored)` (writes the state with its TTL, once per call;
-//!    `stored` is what `load` returned) and `refund(key, p, token, cost)`
-//!    (`lua/common.lua` lists the interface). It must compute with the same float
-//!    expressions in the same order as the Rust model; `lua/common.lua` has the
-//!    shared helpers.
+//! 2. `lua/<name>.lua`: its twin, a table `local <name> = {}` with the functions
+//!    `lua/common.lua` lists (load, decide, save, refund, the charge and release
+//!    steps, and its fast path's hooks). It must compute with the same expressions in
+//!    the same order as the Rust model, so the differential test can demand exact
+//!    agreement.
 //! 3. One entry at the end of the list below: `Variant(module)`. Appending keeps the
 //!    ids of the others (they are positions); the scripts' SHA changes either way.
 //!
@@ -50,6 +46,7 @@ pub mod calendar;
 mod decision;
 mod division;
 mod mode;
+mod model;
 mod stored;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -58,6 +55,7 @@ pub use self::decision::{Decision, EPSILON, Params};
 use self::decision::{ceil_ms, floor_u64};
 pub use self::division::Division;
 pub use self::mode::Mode;
+pub use self::model::Model;
 pub use self::stored::{Layout, Stored};
 
 use std::time::Duration;
@@ -65,134 +63,6 @@ use std::time::Duration;
 /// A lease's length when a rule that takes one names none: longer than most requests
 /// are slow, short enough that a crashed proxy's slots come back within minutes.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
-
-/// What one algorithm is: its names, its Lua twin and its arithmetic. Implemented by a
-/// unit struct in each algorithm's module; nothing calls it but the code the
-/// `algorithms!` list generates, so a model is plain functions plus this registration.
-pub trait Model {
-    /// The name configs use (`rate_limit.algorithm`), and the name of the Lua table
-    /// that `LUA` defines (the generated dispatch returns it).
-    const NAME: &'static str;
-    /// Its short name inside Redis keys: distinct per algorithm, so a rule that
-    /// changes algorithm starts from a fresh counter instead of misreading the old
-    /// state. Never change one: every counter in Redis would start over.
-    const KEY_NAME: &'static str;
-    /// The Lua twin: the source of `lua/<NAME>.lua`.
-    const LUA: &'static str;
-    /// Whether `burst` means something for this algorithm.
-    const USES_BURST: bool;
-    /// The largest limit (`requests_per_unit`) it can count, if it has one (a log
-    /// keeps one entry per hit).
-    const MAX_LIMIT: Option<u64>;
-    /// Whether a limit of 0 means something (deny everything) rather than no
-    /// emission interval at all.
-    const ALLOWS_ZERO_RATE: bool;
-    /// Whether it shapes, so `leaky_bucket.max_delay` means something for it.
-    const TAKES_MAX_DELAY: bool;
-    /// The Redis type its Lua twin keeps one counter in.
-    const LAYOUT: Layout;
-    /// Whether it counts in periods, so `time_zone` can make them calendar periods
-    /// ([`Params::calendar`]); a bucket has a rate, not a period.
-    const TAKES_TIME_ZONE: bool;
-    /// Whether its window is a lease (`rate_limit.lease`, default [`DEFAULT_LEASE`]):
-    /// how long an acquisition counts unless released first.
-    const TAKES_LEASE: bool;
-    /// Why a charge ([`Mode::Overdraft`], [`Mode::Quota`]) makes no sense for it, as
-    /// the config error says; `None`: [`Model::charge`] is defined.
-    const CHARGE_REFUSAL: Option<&'static str>;
-    /// Whether [`Model::release`] gives hits back; false: a release is answered as a
-    /// check, changes nothing and is counted as ignored.
-    const RELEASES: bool;
-    /// Whether a denied operation is counted all the same (its state written): a
-    /// concurrency lease is taken admitted or not, because its release comes anyway.
-    const COUNTS_DENIALS: bool;
-    /// How its limit divides between regions for a `global: true` rule, or why it
-    /// cannot ([`Division`]).
-    const DIVISION: Division;
-    /// The constants its Lua twin reads, by name (`SHIFT` for the fixed window's value
-    /// layout): written here once, and put before the twin's source when the engine
-    /// is assembled, so the two cannot disagree.
-    const LUA_CONSTANTS: &'static [(&'static str, u64)] = &[];
-    /// For a state stored as numbers packed into one string, their `struct.pack`
-    /// format (`<dI`): its Lua twin packs with it (as `PACKED`, with `PACKED_LEN`, the
-    /// bytes it makes), and `describe` reads it back ([`Stored::unpacked`]).
-    const PACKED: Option<&'static str> = None;
-    type State: Clone + std::fmt::Debug + PartialEq;
-
-    /// Decides `cost` hits at `now_ms` against `state` (`None`: never seen). A denied
-    /// operation returns the state unchanged.
-    fn decide(
-        state: Option<&Self::State>,
-        params: &Params,
-        now_ms: u64,
-        cost: u64,
-    ) -> (Self::State, Decision);
-
-    /// A charge of `cost` at `now_ms`: consumed whatever the answer (the state may
-    /// go past the limit: a debt), admitted iff at least `need` remained before it
-    /// ([`Mode::need`]). `remaining` is 0 while overdrawn; the reset says when the
-    /// debt is paid back. Never called where [`Model::CHARGE_REFUSAL`] refuses.
-    fn charge(
-        state: Option<&Self::State>,
-        params: &Params,
-        now_ms: u64,
-        cost: u64,
-        need: u64,
-    ) -> (Self::State, Decision);
-
-    /// A release of `cost` hits: given back, never below an empty counter, always
-    /// allowed; the decision is what a check would report after it.
-    fn release(
-        state: Option<&Self::State>,
-        params: &Params,
-        now_ms: u64,
-        cost: u64,
-    ) -> (Self::State, Decision);
-
-    /// An operation that names its own lease (`lease_key`: the request's id), in
-    /// `mode`. Only a model that takes a lease is sent one (the config refuses
-    /// `lease_key` elsewhere); for any other the id means nothing and this is
-    /// [`Model::decide`] or [`Model::release`].
-    fn apply_named(
-        state: Option<&Self::State>,
-        params: &Params,
-        now_ms: u64,
-        cost: u64,
-        mode: Mode,
-        id: &str,
-    ) -> (Self::State, Decision) {
-        let _ = id;
-        match mode {
-            Mode::Release => Self::release(state, params, now_ms, cost),
-            _ => Self::decide(state, params, now_ms, cost),
-        }
-    }
-
-    /// When `state` stops mattering (the Redis TTL of its key): after this instant it
-    /// is equivalent to no state at all.
-    fn expires_at_ms(state: &Self::State, params: &Params, now_ms: u64) -> u64;
-
-    /// Gives back what an admitted limit of `cost` took from `state`, `token` naming
-    /// the state it took from (what the decision's reply carried: a window's start, a
-    /// log entry's group, a drain time), at `now_ms`: the Lua twin's `refund`, which
-    /// the cluster sends when another group of the request denied it. Nothing when the
-    /// token names a state gone by (the window moved on): a refund may under-admit,
-    /// never over-admit. Only a limit is refunded (a charge or a release commits).
-    fn refund(
-        state: &Self::State,
-        params: &Params,
-        now_ms: u64,
-        token: i64,
-        cost: u64,
-    ) -> Self::State;
-
-    /// A counter as the Lua twin stores it (in [`Self::LAYOUT`]), in words.
-    fn describe(stored: &Stored) -> String;
-
-    /// The heap bytes `state` owns besides its own size (the memory store's budget
-    /// counts them): none for a state of plain numbers.
-    fn heap_bytes(state: &Self::State) -> usize;
-}
 
 /// Declares the algorithm modules and generates everything that enumerates them from
 /// one list of `Variant(module)` entries, where `module::Variant` is the [`Model`].
