@@ -139,12 +139,7 @@ impl RateLimitService for OneScript {
                 ..Default::default()
             })
             .collect();
-        let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
-        Ok(Response::new(RateLimitResponse {
-            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
-            statuses,
-            ..Default::default()
-        }))
+        Ok(Response::new(baseline::answer(statuses)))
     }
 }
 

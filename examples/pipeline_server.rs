@@ -173,12 +173,7 @@ impl RateLimitService for PipelineServer {
             .into_iter()
             .map(|count| self.status(count, self.window - into))
             .collect();
-        let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
-        Ok(Response::new(RateLimitResponse {
-            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
-            statuses,
-            ..Default::default()
-        }))
+        Ok(Response::new(baseline::answer(statuses)))
     }
 }
 

@@ -11,7 +11,8 @@ use clap::Args;
 use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use tollgate::proto::{RateLimitService, RateLimitServiceServer};
+use tollgate::proto::rate_limit_response::{Code, DescriptorStatus};
+use tollgate::proto::{RateLimitResponse, RateLimitService, RateLimitServiceServer};
 use tonic::Status;
 
 /// tollgate's allocator (`src/main.rs` says why): like its release profile, a setting
@@ -66,6 +67,16 @@ pub fn now_ms() -> Result<u64, Status> {
         .duration_since(UNIX_EPOCH)
         .map_err(|e| Status::internal(e.to_string()))?;
     Ok(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The answer of a request whose descriptors got `statuses`: OVER_LIMIT when any is.
+pub fn answer(statuses: Vec<DescriptorStatus>) -> RateLimitResponse {
+    let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+    RateLimitResponse {
+        overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+        statuses,
+        ..Default::default()
+    }
 }
 
 /// Serves `service` on `addr` until the process ends.
