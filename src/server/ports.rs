@@ -45,7 +45,8 @@ where
 }
 
 /// The gRPC calls that stay open by design, which the request timeout does not bound:
-/// the quota service's report streams, health's Watch, reflection.
+/// the quota service's report streams, health's Watch, reflection. Only these are
+/// given their connection's addresses (`Request::remote_addr`).
 fn stay_open(path: &str) -> bool {
     path.starts_with("/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/")
         || path == "/grpc.health.v1.Health/Watch"

@@ -52,7 +52,8 @@ pub struct Tracked<S, B> {
     pub calls: Calls<B>,
     /// `tollgate_calls_refused_total{port}`.
     pub refusals: Counter,
-    /// The connection's addresses, in every request's extensions.
+    /// The connection's addresses (what tonic's `Request::remote_addr` reads), in the
+    /// extensions of the calls that stay open.
     pub info: TcpConnectInfo,
 }
 
@@ -77,7 +78,12 @@ where
             return Box::pin(std::future::ready(refuse(request.version())));
         };
         let mut request = request.map(|body| Received::new(body, guard.call()));
-        request.extensions_mut().insert(self.info.clone());
+        // The calls that stay open are the ones that read their peer (the quota service
+        // bounds its streams per connection by it); a ShouldRateLimit call never does,
+        // and would pay for the extension map's allocations.
+        if !bounded {
+            request.extensions_mut().insert(self.info.clone());
+        }
         let mut inner = self.inner.clone();
         let (timeout, timed_out) = (self.timeout, self.calls.timed_out);
         Box::pin(async move {
